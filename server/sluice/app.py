@@ -1,0 +1,90 @@
+"""The composition root: settings in, a running Sluice out. All wiring happens here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from sluice.backends.memory import MemoryBackend
+from sluice.clock import Clock, SystemClock
+from sluice.grpc.server import GrpcServer
+from sluice.http.app import make_app
+from sluice.limiter import LimiterSettings, RateLimiter
+from sluice.policies.publishing import load_snapshot
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.store import PolicyStore
+from sluice.settings import Settings
+
+__all__ = ["Sluice"]
+
+log = logging.getLogger("sluice")
+
+
+class Sluice:
+    """One server: the gRPC port and the HTTP port over one limiter and one snapshot."""
+
+    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.snapshot = Snapshot()
+        self.backend = MemoryBackend(max_keys=settings.memory_max_keys)
+        self.limiter = RateLimiter(
+            lambda: self.snapshot,
+            self.backend,
+            self.clock,
+            LimiterSettings(
+                bounds=settings.request_bounds,
+                global_shadow_mode=settings.global_shadow_mode,
+                response_headers=settings.response_headers,
+            ),
+        )
+        self._serving = False
+        self._grpc: GrpcServer | None = None
+        self._http: web.AppRunner | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+
+    def load_policies(self, store: PolicyStore) -> None:
+        self.snapshot = load_snapshot(store)  # one assignment: requests see old or new, whole
+        domains = len(self.snapshot.policies)
+        log.info("serving %d domain(s) from the config database: %s", domains, self.snapshot.version)
+
+    async def start(self) -> None:
+        s = self.settings
+        self._grpc = GrpcServer(self.limiter, s.host, s.grpc_port)
+        self.grpc_port = self._grpc.port
+        await self._grpc.start()
+        app = make_app(
+            self.limiter, healthy=lambda: self._serving, max_body_bytes=s.http_max_body_bytes
+        )
+        self._http = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._http.setup()
+        site = web.TCPSite(self._http, s.host, s.http_port)
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else ()  # noqa: SLF001
+        self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
+        self._serving = True
+        log.info("gRPC on %s:%d, HTTP on %s:%d", s.host, self.grpc_port, s.host, self.http_port)
+
+    async def stop(self) -> None:
+        """Drain: health turns NOT_SERVING, new calls are refused, in-flight calls finish."""
+        self._serving = False
+        if self._grpc is not None:
+            await self._grpc.stop(self.settings.shutdown_grace_s)
+        if self._http is not None:
+            await self._http.cleanup()
+        await self.backend.close()
+
+    async def run_until_signal(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("signal received: draining for up to %.1fs", self.settings.shutdown_grace_s)
+        await self.stop()
+        log.info("stopped")

@@ -1,0 +1,152 @@
+"""The ``sluice`` command: serve, check, import, export, settings.
+
+Exit codes: 0 success, 1 invalid input (a policy or a setting), 2 usage, 3 config database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from sluice import __version__
+from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
+from sluice.policies.publishing import import_policies, load_policies
+from sluice.policies.store import PolicyStore
+from sluice.policies.yaml_format import dump_policies, load_path
+from sluice.settings import Settings, add_arguments, from_arguments
+
+__all__ = ["main"]
+
+log = logging.getLogger("sluice")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        settings = from_arguments(args)
+    except ValueError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
+        return 1
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.handler(args, settings)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    except ConfigDatabaseError as exc:
+        print(f"sluice: config database: {exc}", file=sys.stderr)
+        return 3
+    except SluiceError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sluice", description="Rate-limit decisions over Envoy's RateLimitService API."
+    )
+    parser.add_argument("--version", action="version", version=f"sluice {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve ShouldRateLimit over gRPC and HTTP")
+    serve.add_argument("--config", metavar="PATH", help="import this YAML file or directory first")
+    add_arguments(serve)
+    serve.set_defaults(handler=_serve)
+
+    check = sub.add_parser("check", help="validate YAML policies; exit 1 on any error")
+    check.add_argument("path", metavar="PATH")
+    check.set_defaults(handler=_check)
+
+    imp = sub.add_parser("import", help="validate YAML policies and store them")
+    imp.add_argument("path", metavar="PATH")
+    imp.add_argument("--author", default=None, help="recorded with the change [default: $USER]")
+    imp.add_argument("--comment", default="", help="recorded with the change")
+    add_arguments(imp, only=("database_url", "log_level"))
+    imp.set_defaults(handler=_import)
+
+    exp = sub.add_parser("export", help="print stored policies as YAML")
+    exp.add_argument("--domain", action="append", help="only this domain (repeatable)")
+    add_arguments(exp, only=("database_url", "log_level"))
+    exp.set_defaults(handler=_export)
+
+    show = sub.add_parser("settings", help="print the effective settings, secrets redacted")
+    add_arguments(show)
+    show.set_defaults(handler=_settings)
+    return parser
+
+
+def _author(args: argparse.Namespace) -> str:
+    if getattr(args, "author", None):
+        return str(args.author)
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _check(args: argparse.Namespace, settings: Settings) -> int:
+    policies = load_path(args.path)
+    print(f"{args.path}: OK, {len(policies)} domain(s): {', '.join(p.domain for p in policies)}")
+    return 0
+
+
+def _import(args: argparse.Namespace, settings: Settings) -> int:
+    policies = load_path(args.path)  # validate everything before touching the database
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        changed = import_policies(store, policies, author=_author(args), comment=args.comment)
+    for policy in policies:
+        version = changed.get(policy.domain)
+        state = f"version {version}" if version is not None else "unchanged"
+        print(f"{policy.domain}: {state}")
+    return 0
+
+
+def _export(args: argparse.Namespace, settings: Settings) -> int:
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        policies = load_policies(store, args.domain)
+    if args.domain:
+        missing = sorted(set(args.domain) - {p.domain for p in policies})
+        if missing:
+            print(f"sluice: no such domain: {', '.join(missing)}", file=sys.stderr)
+            return 1
+    sys.stdout.write(dump_policies(policies))
+    return 0
+
+
+def _settings(args: argparse.Namespace, settings: Settings) -> int:
+    print(json.dumps(settings.redacted(), indent=2))
+    return 0
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from sluice.app import Sluice  # the server stack is only imported when serving
+
+    policies = load_path(args.config) if args.config else None
+    log.info("settings: %s", json.dumps(settings.redacted()))
+    sluice = Sluice(settings)
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        if policies is not None:
+            changed = import_policies(
+                store, policies, author=_author(args), comment=f"sluice serve --config {args.config}"
+            )
+            log.info("imported %s: %s", args.config, changed or "no changes")
+        sluice.load_policies(store)
+    asyncio.run(sluice.run_until_signal())
+    return 0

@@ -1,0 +1,57 @@
+"""The grpc.aio server: ShouldRateLimit, grpc.health.v1 and server reflection on one port."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice.grpc.servicer import RateLimitServicer
+from sluice.limiter import RateLimiter
+
+__all__ = ["GrpcServer", "HEALTH_SERVICE_NAMES"]
+
+# "" is the whole server; "ratelimit" is what envoyproxy/ratelimit's health checks ask for.
+HEALTH_SERVICE_NAMES = ("", "ratelimit")
+_RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
+
+
+class GrpcServer:
+    def __init__(self, limiter: RateLimiter, host: str, port: int) -> None:
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+            ]
+        )
+        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(RateLimitServicer(limiter), self._server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        reflection.enable_server_reflection(
+            (_RLS_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind the gRPC port {host}:{port}")
+
+    async def start(self) -> None:
+        await self._server.start()
+        await self.set_serving(True)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in HEALTH_SERVICE_NAMES:
+            await self.health.set(name, status)
+
+    async def stop(self, grace_s: float) -> None:
+        """Report NOT_SERVING, refuse new calls, and let in-flight calls finish within grace_s."""
+        await self.set_serving(False)
+        await self._server.stop(grace_s)
+
+    async def wait_for_termination(self) -> None:
+        await self._server.wait_for_termination()

@@ -1,0 +1,1 @@
+"""The HTTP port: /healthcheck and /json, as envoyproxy/ratelimit offers them."""

@@ -1,0 +1,156 @@
+"""Plain domain types shared by policies, the limiter and the backends.
+
+Nothing here imports generated protobuf code: the gRPC layer converts at the boundary.
+Envoy's words are kept for Envoy's concepts (domain, descriptor, entry, unit, hits_addend);
+Sluice's own for its own (policy, rule, decision).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Code",
+    "Decision",
+    "Descriptor",
+    "DescriptorStatus",
+    "DomainPolicy",
+    "Header",
+    "LimitOverride",
+    "RateLimit",
+    "RateLimitRequest",
+    "Rule",
+    "Unit",
+]
+
+
+class Unit(enum.IntEnum):
+    """Time units, numbered exactly as Envoy's ``RateLimitResponse.RateLimit.Unit``."""
+
+    UNKNOWN = 0
+    SECOND = 1
+    MINUTE = 2
+    HOUR = 3
+    DAY = 4
+    MONTH = 5
+    YEAR = 6
+    WEEK = 7
+
+    @property
+    def seconds(self) -> int:
+        """Length of one window; months and years are fixed-length, as envoyproxy/ratelimit does."""
+        return _UNIT_SECONDS[self]
+
+    @classmethod
+    def parse(cls, text: str) -> Unit | None:
+        """The unit named by ``text`` (case-insensitive), or None when it names no real unit."""
+        unit = cls.__members__.get(text.upper()) if isinstance(text, str) else None
+        return None if unit is None or unit is cls.UNKNOWN else unit
+
+
+_UNIT_SECONDS = {
+    Unit.UNKNOWN: 0,
+    Unit.SECOND: 1,
+    Unit.MINUTE: 60,
+    Unit.HOUR: 60 * 60,
+    Unit.DAY: 24 * 60 * 60,
+    Unit.WEEK: 7 * 24 * 60 * 60,
+    Unit.MONTH: 30 * 24 * 60 * 60,
+    Unit.YEAR: 365 * 24 * 60 * 60,
+}
+
+
+class Code(enum.IntEnum):
+    """Numbered as Envoy's ``RateLimitResponse.Code``."""
+
+    UNKNOWN = 0
+    OK = 1
+    OVER_LIMIT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A limit as reported to clients: ``requests_per_unit`` per ``unit``, optionally named."""
+
+    requests_per_unit: int
+    unit: Unit
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One node of a domain's descriptor tree, as written in the YAML format.
+
+    ``value`` is None for a key-only rule; a value containing ``*`` is a wildcard.
+    ``limit`` is None for a placeholder (children only) or whitelisting node.
+    """
+
+    key: str
+    value: str | None = None
+    limit: RateLimit | None = None
+    unlimited: bool = False
+    shadow_mode: bool = False
+    replaces: tuple[str, ...] = ()
+    detailed_metric: bool = False
+    share_threshold: bool = False
+    descriptors: tuple[Rule, ...] = ()
+    # Where the rule starts in its source file (0 when not from a file); not part of its identity.
+    line: int = field(default=0, compare=False)
+
+    @property
+    def is_wildcard(self) -> bool:
+        return self.value is not None and "*" in self.value
+
+
+@dataclass(frozen=True, slots=True)
+class DomainPolicy:
+    """All rules of one domain: the unit the config database stores and versions."""
+
+    domain: str
+    descriptors: tuple[Rule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOverride:
+    """A descriptor's own limit, sent by the client instead of the configured one."""
+
+    requests_per_unit: int
+    unit: Unit
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    """One descriptor of a request: ordered (key, value) entries."""
+
+    entries: tuple[tuple[str, str], ...]
+    limit: LimitOverride | None = None
+    hits_addend: int | None = None  # None: not sent; 0: check without consuming
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitRequest:
+    domain: str
+    descriptors: tuple[Descriptor, ...]
+    hits_addend: int = 0  # 0 means 1, as in Envoy's API
+
+
+@dataclass(frozen=True, slots=True)
+class DescriptorStatus:
+    code: Code
+    current_limit: RateLimit | None = None
+    limit_remaining: int = 0
+    duration_until_reset_s: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    overall_code: Code
+    statuses: tuple[DescriptorStatus, ...]
+    response_headers: tuple[Header, ...] = field(default=())

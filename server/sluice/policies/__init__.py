@@ -1,0 +1,1 @@
+"""Policy documents: storage, versioning and schema migrations of the config database."""

@@ -1,0 +1,96 @@
+"""An immutable, compiled view of every domain's rules, built once and swapped whole.
+
+Matching follows envoyproxy/ratelimit: at each entry of a request descriptor, an exact
+key+value rule beats a wildcard value (first in file order), which beats a key-only rule;
+the walk never backtracks; a limit applies only when it sits at the request's last entry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sluice.model import DomainPolicy, Rule
+
+__all__ = ["Match", "Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The rule that applies to a descriptor and the identity of the counter it uses."""
+
+    rule: Rule
+    # (domain, key1, value1, key2, value2, ...); a share_threshold wildcard puts its pattern in
+    # place of the concrete value, so every value it matches shares one counter.
+    counter_key: tuple[str, ...]
+
+
+class _Node:
+    __slots__ = ("rule", "exact", "wildcards", "key_only")
+
+    def __init__(self, rule: Rule | None, children: Iterable[Rule]) -> None:
+        self.rule = rule
+        self.exact: dict[tuple[str, str], _Node] = {}
+        self.wildcards: dict[str, list[tuple[re.Pattern[str], _Node]]] = {}
+        self.key_only: dict[str, _Node] = {}
+        for child in children:
+            node = _Node(child, child.descriptors)
+            if child.value is None:
+                self.key_only[child.key] = node
+            elif child.is_wildcard:
+                self.wildcards.setdefault(child.key, []).append((_glob(child.value), node))
+            else:
+                self.exact[(child.key, child.value)] = node
+
+    @property
+    def has_children(self) -> bool:
+        return bool(self.exact or self.wildcards or self.key_only)
+
+    def child(self, key: str, value: str) -> _Node | None:
+        node = self.exact.get((key, value))
+        if node is not None:
+            return node
+        for pattern, candidate in self.wildcards.get(key, ()):
+            if pattern.fullmatch(value):
+                return candidate
+        return self.key_only.get(key)
+
+
+def _glob(value: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)
+
+
+class Snapshot:
+    """Compiled rules of every domain; never mutated after construction."""
+
+    def __init__(self, policies: Iterable[DomainPolicy] = (), *, version: str = "") -> None:
+        self.policies: tuple[DomainPolicy, ...] = tuple(sorted(policies, key=lambda p: p.domain))
+        self.version = version
+        self._domains = {p.domain: _Node(None, p.descriptors) for p in self.policies}
+
+    def has_domain(self, domain: str) -> bool:
+        return domain in self._domains
+
+    def lookup(self, domain: str, entries: tuple[tuple[str, str], ...]) -> Match | None:
+        """The rule with a limit (or ``unlimited``) that applies to these entries, if any."""
+        node = self._domains.get(domain)
+        if node is None:
+            return None
+        counter_key = [domain]
+        last = len(entries) - 1
+        for i, (key, value) in enumerate(entries):
+            node = node.child(key, value)
+            if node is None:
+                return None
+            rule = node.rule
+            assert rule is not None  # only the domain root has no rule
+            shared = rule.share_threshold and rule.value is not None
+            counter_key += (key, rule.value if shared else value)
+            if i == last:
+                if rule.limit is None:
+                    return None  # a node with neither limit nor matching depth whitelists
+                return Match(rule, tuple(counter_key))
+            if not node.has_children:
+                return None  # the request is deeper than the rules: no limit applies
+        return None

@@ -1,0 +1,81 @@
+"""Schema of the config database, as SQLAlchemy Core tables.
+
+Migrations under ``migrations/versions`` are written out by hand and never import this module,
+so that an old migration keeps creating the schema it created on the day it was written.
+Keep the two in step: a change here needs a new migration.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+__all__ = ["UTCDateTime", "metadata", "policy_versions"]
+
+# Explicit constraint names let later migrations drop or alter them on both backends.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    SQLite has no timezone-aware type and hands back naive values; normalising on the way in
+    and out makes both backends return the same thing.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given for a UTC column; attach a timezone")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+# One row per published change, never updated or deleted: history, rollback and diff read
+# old rows as they are. max(id) doubles as the change token, hence AUTOINCREMENT on SQLite
+# (ids are never reused even if rows were ever removed by hand).
+policy_versions = Table(
+    "policy_versions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("domain", String(255), nullable=False, index=True),
+    # 1, 2, 3... per domain; a deletion takes a number too, and a re-created domain continues.
+    Column("version", Integer, nullable=False),
+    # NULL marks a deletion: the domain has no policy as of this version.
+    Column("document", Text, nullable=True),
+    Column("author", String(255), nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # Backstop against two publishers numbering the same version.
+    UniqueConstraint("domain", "version"),
+    sqlite_autoincrement=True,
+)

@@ -1,0 +1,317 @@
+"""envoyproxy/ratelimit's YAML policy format: load with validation, dump canonically.
+
+Every problem is reported as ``source:line: reason`` and all problems of a load are
+collected, so one run of ``sluice check`` shows everything to fix. A load with any problem
+raises ConfigError and returns nothing: a bad file can never half-apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from sluice.errors import ConfigError
+from sluice.model import DomainPolicy, RateLimit, Rule, Unit
+
+__all__ = ["dump_policies", "dump_policy", "load_path", "load_text"]
+
+_ROOT_KEYS = ("domain", "descriptors")
+_RULE_KEYS = (
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "detailed_metric",
+    "share_threshold",
+)
+_LIMIT_KEYS = ("name", "replaces", "unit", "requests_per_unit", "unlimited")
+_REPLACES_KEYS = ("name",)
+_MAX_REQUESTS_PER_UNIT = 2**32 - 1  # a uint32 on the wire
+
+_constructor = yaml.constructor.SafeConstructor()
+
+
+def load_path(path: str | Path) -> list[DomainPolicy]:
+    """Load a YAML file, or every ``*.yaml``/``*.yml`` file below a directory (sorted)."""
+    root = Path(path)
+    if root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not files:
+            raise ConfigError([f"{root}: no .yaml or .yml files found"])
+    elif root.is_file():
+        files = [root]
+    else:
+        raise ConfigError([f"{root}: no such file or directory"])
+    return load_sources((str(f), f.read_text(encoding="utf-8")) for f in files)
+
+
+def load_text(text: str, source: str = "<string>") -> list[DomainPolicy]:
+    """Load every policy document (one per YAML document) in ``text``."""
+    return load_sources([(source, text)])
+
+
+def load_sources(sources: Iterable[tuple[str, str]]) -> list[DomainPolicy]:
+    """Load several (source name, text) pairs as one set: a domain may appear only once."""
+    problems: list[str] = []
+    policies: list[DomainPolicy] = []
+    seen: dict[str, str] = {}
+    for source, text in sources:
+        for policy, where in _Loader(source, problems).documents(text):
+            if policy.domain in seen:
+                problems.append(
+                    f"{where}: duplicate domain '{policy.domain}' (first defined at {seen[policy.domain]})"
+                )
+                continue
+            seen[policy.domain] = where
+            policies.append(policy)
+    if problems:
+        raise ConfigError(problems)
+    return policies
+
+
+class _Loader:
+    """Walks composed YAML nodes, so every problem can name the line it comes from."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+
+    def error(self, node: Node, reason: str) -> None:
+        self.problems.append(f"{self.source}:{node.start_mark.line + 1}: {reason}")
+
+    def documents(self, text: str) -> Iterator[tuple[DomainPolicy, str]]:
+        try:
+            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = f"{mark.line + 1}" if mark is not None else "1"
+            self.problems.append(f"{self.source}:{line}: YAML syntax error: {exc.problem}")
+            return
+        except yaml.YAMLError as exc:
+            self.problems.append(f"{self.source}:1: YAML syntax error: {exc}")
+            return
+        for node in nodes:
+            if node is None:  # an empty document, e.g. a trailing '---'
+                continue
+            before = len(self.problems)
+            policy = self.policy(node)
+            if policy is not None and len(self.problems) == before:
+                yield policy, f"{self.source}:{node.start_mark.line + 1}"
+
+    def mapping(self, node: Node, allowed: tuple[str, ...], what: str) -> dict[str, Node] | None:
+        if not isinstance(node, MappingNode):
+            self.error(node, f"{what} must be a mapping")
+            return None
+        fields: dict[str, Node] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, ScalarNode) else None
+            if not isinstance(key, str) or key not in allowed:
+                self.error(key_node, f"unknown key '{key}' in {what}")
+            elif key in fields:
+                self.error(key_node, f"duplicate key '{key}' in {what}")
+            else:
+                fields[key] = value_node
+        return fields
+
+    def string(self, node: Node | None, field: str) -> str | None:
+        if node is None or _is_null(node):
+            return None
+        if not isinstance(node, ScalarNode):
+            self.error(node, f"'{field}' must be a string")
+            return None
+        return str(node.value)
+
+    def boolean(self, node: Node | None, field: str) -> bool:
+        if node is None or _is_null(node):
+            return False
+        value = _scalar(node)
+        if not isinstance(value, bool):
+            self.error(node, f"'{field}' must be true or false")
+            return False
+        return value
+
+    def policy(self, node: Node) -> DomainPolicy | None:
+        fields = self.mapping(node, _ROOT_KEYS, "a policy document")
+        if fields is None:
+            return None
+        domain = self.string(fields.get("domain"), "domain")
+        if not domain:
+            self.error(fields.get("domain", node), "config file cannot have empty domain")
+            return None
+        rules = self.rules(fields.get("descriptors"), domain)
+        names = _limit_names(rules)
+        for rule in _walk(rules):
+            for replaced in rule.replaces:
+                if replaced not in names:
+                    self.problems.append(
+                        f"{self.source}:{rule.line}: replaces '{replaced}', but no rate_limit "
+                        f"in domain '{domain}' has that name"
+                    )
+        return DomainPolicy(domain=domain, descriptors=rules)
+
+    def rules(self, node: Node | None, parent_key: str) -> tuple[Rule, ...]:
+        if node is None or _is_null(node):
+            return ()
+        if not isinstance(node, SequenceNode):
+            self.error(node, "'descriptors' must be a list")
+            return ()
+        rules: list[Rule] = []
+        composite: set[str] = set()
+        for item in node.value:
+            rule = self.rule(item, parent_key)
+            if rule is None:
+                continue
+            final_key = rule.key if not rule.value else f"{rule.key}_{rule.value}"
+            full_key = f"{parent_key}.{final_key}"
+            if final_key in composite:
+                self.error(item, f"duplicate descriptor composite key '{full_key}'")
+                continue
+            composite.add(final_key)
+            rules.append(rule)
+        return tuple(rules)
+
+    def rule(self, node: Node, parent_key: str) -> Rule | None:
+        fields = self.mapping(node, _RULE_KEYS, "a descriptor")
+        if fields is None:
+            return None
+        key = self.string(fields.get("key"), "key")
+        if not key:
+            self.error(fields.get("key", node), "descriptor has empty key")
+            return None
+        value = self.string(fields.get("value"), "value") or None
+        final_key = key if value is None else f"{key}_{value}"
+        limit, unlimited, replaces = None, False, ()
+        if "rate_limit" in fields:
+            limit, unlimited, replaces = self.rate_limit(fields["rate_limit"])
+        share_threshold = self.boolean(fields.get("share_threshold"), "share_threshold")
+        if share_threshold and (value is None or "*" not in value):
+            self.error(
+                fields["share_threshold"],
+                "share_threshold is only allowed on a descriptor whose value has a wildcard '*'",
+            )
+        return Rule(
+            key=key,
+            value=value,
+            limit=limit,
+            unlimited=unlimited,
+            shadow_mode=self.boolean(fields.get("shadow_mode"), "shadow_mode"),
+            replaces=replaces,
+            detailed_metric=self.boolean(fields.get("detailed_metric"), "detailed_metric"),
+            share_threshold=share_threshold,
+            descriptors=self.rules(fields.get("descriptors"), f"{parent_key}.{final_key}"),
+            line=node.start_mark.line + 1,
+        )
+
+    def rate_limit(self, node: Node) -> tuple[RateLimit | None, bool, tuple[str, ...]]:
+        fields = self.mapping(node, _LIMIT_KEYS, "rate_limit")
+        if fields is None:
+            return None, False, ()
+        name = self.string(fields.get("name"), "name") or ""
+        unlimited = self.boolean(fields.get("unlimited"), "unlimited")
+        replaces = self.replaces(fields.get("replaces"), name)
+        unit_text = self.string(fields.get("unit"), "unit")
+        unit = Unit.parse(unit_text) if unit_text else None
+        if unlimited:
+            if unit is not None:
+                self.error(fields["unit"], "should not specify rate limit unit when unlimited")
+            self.requests_per_unit(fields.get("requests_per_unit"), required=False)
+            # An unlimited rule counts nothing, so its requests_per_unit is checked, then dropped.
+            return RateLimit(0, Unit.UNKNOWN, name), True, replaces
+        if unit is None:
+            self.error(fields.get("unit", node), f"invalid rate limit unit '{unit_text or ''}'")
+        requests = self.requests_per_unit(fields.get("requests_per_unit"), required=True, at=node)
+        if unit is None:
+            return None, False, replaces
+        return RateLimit(requests, unit, name), False, replaces
+
+    def requests_per_unit(self, node: Node | None, *, required: bool, at: Node | None = None) -> int:
+        if node is None or _is_null(node):
+            if required and at is not None:
+                self.error(at, "rate_limit needs 'requests_per_unit' (or 'unlimited: true')")
+            return 0
+        value = _scalar(node)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(node, "'requests_per_unit' must be a whole number")
+            return 0
+        if not 0 <= value <= _MAX_REQUESTS_PER_UNIT:
+            self.error(node, f"'requests_per_unit' must be between 0 and {_MAX_REQUESTS_PER_UNIT}")
+            return 0
+        return value
+
+    def replaces(self, node: Node | None, own_name: str) -> tuple[str, ...]:
+        if node is None or _is_null(node):
+            return ()
+        if not isinstance(node, SequenceNode):
+            self.error(node, "'replaces' must be a list of {name: ...} entries")
+            return ()
+        names: list[str] = []
+        for item in node.value:
+            fields = self.mapping(item, _REPLACES_KEYS, "a replaces entry")
+            if fields is None:
+                continue
+            name = self.string(fields.get("name"), "name")
+            if not name:
+                self.error(item, "should not have an empty replaces entry")
+            elif name == own_name:
+                self.error(item, "replaces should not contain name of same descriptor")
+            else:
+                names.append(name)
+        return tuple(names)
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def _scalar(node: Node) -> Any:
+    return _constructor.construct_object(node) if isinstance(node, ScalarNode) else node
+
+
+def _walk(rules: Iterable[Rule]) -> Iterator[Rule]:
+    for rule in rules:
+        yield rule
+        yield from _walk(rule.descriptors)
+
+
+def _limit_names(rules: Iterable[Rule]) -> set[str]:
+    return {rule.limit.name for rule in _walk(rules) if rule.limit is not None and rule.limit.name}
+
+
+def dump_policy(policy: DomainPolicy) -> str:
+    """Canonical YAML for one domain: loading it gives back an equal policy."""
+    document = {"domain": policy.domain, "descriptors": [_rule_document(r) for r in policy.descriptors]}
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def dump_policies(policies: Iterable[DomainPolicy]) -> str:
+    """Several domains as one multi-document YAML stream."""
+    return "---\n".join(dump_policy(p) for p in policies)
+
+
+def _rule_document(rule: Rule) -> dict[str, Any]:
+    doc: dict[str, Any] = {"key": rule.key}
+    if rule.value is not None:
+        doc["value"] = rule.value
+    if rule.limit is not None:
+        limit: dict[str, Any] = {}
+        if rule.limit.name:
+            limit["name"] = rule.limit.name
+        if rule.replaces:
+            limit["replaces"] = [{"name": name} for name in rule.replaces]
+        if rule.unlimited:
+            limit["unlimited"] = True
+        else:
+            limit["unit"] = rule.limit.unit.name.lower()
+            limit["requests_per_unit"] = rule.limit.requests_per_unit
+        doc["rate_limit"] = limit
+    for flag in ("shadow_mode", "detailed_metric", "share_threshold"):
+        if getattr(rule, flag):
+            doc[flag] = True
+    if rule.descriptors:
+        doc["descriptors"] = [_rule_document(child) for child in rule.descriptors]
+    return doc

@@ -1,0 +1,135 @@
+"""Every setting, once: a command-line flag and a ``SLUICE_*`` environment variable.
+
+Precedence: flag, then environment, then default. ``docs/configuration.md`` lists the same
+table; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from sluice.bounds import RequestBounds
+
+__all__ = ["Settings", "add_arguments", "from_arguments"]
+
+
+def _setting(default: Any, help: str, *, secret: bool = False) -> Any:
+    return field(default=default, metadata={"help": help, "secret": secret})
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = _setting(
+        "sqlite:///sluice.db",
+        "Config database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB.",
+        secret=True,
+    )
+    host: str = _setting("0.0.0.0", "Address both ports bind to.")
+    grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
+    http_port: int = _setting(8080, "HTTP port (/healthcheck, /json).")
+    backend: str = _setting("memory", "Where algorithm state lives: memory.")
+    memory_max_keys: int = _setting(
+        1_000_000, "Memory backend: most counters kept; the least recently used is evicted."
+    )
+    global_shadow_mode: bool = _setting(
+        False, "Answer OK overall even when a limit is exceeded; statuses still say OVER_LIMIT."
+    )
+    response_headers: bool = _setting(
+        False, "Add RateLimit-Policy, RateLimit and Retry-After to response_headers_to_add."
+    )
+    max_domain_length: int = _setting(256, "Longest domain a request may name.")
+    max_descriptors: int = _setting(64, "Most descriptors in one request.")
+    max_entries: int = _setting(16, "Most entries in one descriptor.")
+    max_key_length: int = _setting(256, "Longest entry key.")
+    max_value_length: int = _setting(1024, "Longest entry value.")
+    http_max_body_bytes: int = _setting(65536, "Largest body the HTTP /json endpoint accepts.")
+    shutdown_grace_s: float = _setting(
+        10.0, "On SIGTERM: how long in-flight calls may take to finish."
+    )
+    log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR.")
+
+    @property
+    def request_bounds(self) -> RequestBounds:
+        return RequestBounds(
+            max_domain_length=self.max_domain_length,
+            max_descriptors=self.max_descriptors,
+            max_entries=self.max_entries,
+            max_key_length=self.max_key_length,
+            max_value_length=self.max_value_length,
+        )
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings, with credentials hidden, for logs and ``sluice settings``."""
+        from sluice.policies.store import redact_url
+
+        out = dataclasses.asdict(self)
+        for f in fields(self):
+            if f.metadata.get("secret"):
+                out[f.name] = redact_url(str(out[f.name]))
+        return out
+
+
+def env_name(name: str) -> str:
+    return "SLUICE_" + name.upper()
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    """Add a flag per setting (or per setting in ``only``); unset flags stay None."""
+    for f in fields(Settings):
+        if only is not None and f.name not in only:
+            continue
+        help_text = f"{f.metadata['help']} [env {env_name(f.name)}; default {f.default}]"
+        if f.type in (bool, "bool"):
+            parser.add_argument(
+                flag_name(f.name), dest=f.name, default=None, help=help_text,
+                action=argparse.BooleanOptionalAction,
+            )
+        else:
+            parser.add_argument(flag_name(f.name), dest=f.name, default=None, help=help_text)
+
+
+def from_arguments(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Settings from parsed flags, then the environment, then defaults; bad values raise
+    ValueError naming the flag and the variable."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        raw = getattr(args, f.name, None) if args is not None else None
+        origin = flag_name(f.name)
+        if raw is None and env_name(f.name) in environ:
+            raw, origin = environ[env_name(f.name)], env_name(f.name)
+        if raw is None:
+            continue
+        values[f.name] = _convert(raw, type(f.default), origin)
+    settings = Settings(**values)
+    if settings.backend != "memory":
+        raise ValueError(f"{flag_name('backend')}: unknown backend '{settings.backend}' (memory)")
+    return settings
+
+
+def _convert(raw: Any, kind: type, origin: str) -> Any:
+    if isinstance(raw, kind):
+        return raw
+    text = str(raw).strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{origin}: '{text}' is not a valid {kind.__name__}") from None
