@@ -50,7 +50,9 @@ class Sluice:
     def load_policies(self, store: PolicyStore) -> None:
         self.snapshot = load_snapshot(store)  # one assignment: requests see old or new, whole
         domains = len(self.snapshot.policies)
-        log.info("serving %d domain(s) from the config database: %s", domains, self.snapshot.version)
+        log.info(
+            "serving %d domain(s) from the config database: %s", domains, self.snapshot.version
+        )
 
     async def start(self) -> None:
         s = self.settings

@@ -144,7 +144,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         store.upgrade()
         if policies is not None:
             changed = import_policies(
-                store, policies, author=_author(args), comment=f"sluice serve --config {args.config}"
+                store,
+                policies,
+                author=_author(args),
+                comment=f"sluice serve --config {args.config}",
             )
             log.info("imported %s: %s", args.config, changed or "no changes")
         sluice.load_policies(store)

@@ -115,7 +115,9 @@ class RateLimiter:
 _NO_LIMIT = DescriptorStatus(Code.OK)
 
 
-def _rate_limit_headers(statuses: tuple[DescriptorStatus, ...], overall: Code) -> tuple[Header, ...]:
+def _rate_limit_headers(
+    statuses: tuple[DescriptorStatus, ...], overall: Code
+) -> tuple[Header, ...]:
     """RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers) for the limit
     closest to exhaustion, plus Retry-After when the request is refused."""
     limited = [s for s in statuses if s.current_limit is not None]
@@ -127,7 +129,9 @@ def _rate_limit_headers(statuses: tuple[DescriptorStatus, ...], overall: Code) -
     name = _sf_string(limit.name or "default")
     headers = [
         Header("RateLimit-Policy", f"{name};q={limit.requests_per_unit};w={limit.unit.seconds}"),
-        Header("RateLimit", f"{name};r={closest.limit_remaining};t={closest.duration_until_reset_s}"),
+        Header(
+            "RateLimit", f"{name};r={closest.limit_remaining};t={closest.duration_until_reset_s}"
+        ),
     ]
     if overall is Code.OVER_LIMIT:
         wait = max(s.duration_until_reset_s for s in statuses if s.code is Code.OVER_LIMIT)

@@ -90,7 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
         help_text = f"{f.metadata['help']} [env {env_name(f.name)}; default {f.default}]"
         if f.type in (bool, "bool"):
             parser.add_argument(
-                flag_name(f.name), dest=f.name, default=None, help=help_text,
+                flag_name(f.name),
+                dest=f.name,
+                default=None,
+                help=help_text,
                 action=argparse.BooleanOptionalAction,
             )
         else:

@@ -56,9 +56,8 @@ def test_publish_then_current_round_trips(store: PolicyStore) -> None:
     before = datetime.now(UTC)
     assert store.current() == {}
 
-    assert store.publish(
-        {"b": DOC_B1, "a": DOC_A1}, author="alice", comment="first rules"
-    ) == {"a": 1, "b": 1}
+    changed = store.publish({"b": DOC_B1, "a": DOC_A1}, author="alice", comment="first rules")
+    assert changed == {"a": 1, "b": 1}
 
     current = store.current()
     assert list(current) == ["a", "b"]
@@ -222,7 +221,9 @@ def test_stores_sharing_a_sqlite_file_see_each_other(tmp_path: Path) -> None:
             engine.dispose()
 
 
-def test_concurrent_publishers_never_duplicate_versions(open_store: Callable[[], PolicyStore]) -> None:
+def test_concurrent_publishers_never_duplicate_versions(
+    open_store: Callable[[], PolicyStore],
+) -> None:
     stores = [open_store() for _ in range(4)]
     per_store = 5
     errors: list[BaseException] = []

@@ -1,4 +1,6 @@
-"""Rate-limit algorithms as pure step functions: ``step(state, limit, now, cost) -> (state, outcome)``.
+"""Rate-limit algorithms as pure step functions.
+
+Each is ``step(state, limit, now, cost) -> (state, outcome)``.
 
 They never touch storage or clocks, so the memory backend, the Redis scripts' tests and the
 what-if tooling all share one definition of each algorithm.

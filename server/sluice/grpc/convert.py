@@ -53,7 +53,9 @@ def decision_to_proto(decision: Decision) -> rls_pb2.RateLimitResponse:
                 out.current_limit.name = limit.name
             out.duration_until_reset.seconds = status.duration_until_reset_s
     for header in decision.response_headers:
-        response.response_headers_to_add.append(base_pb2.HeaderValue(key=header.key, value=header.value))
+        response.response_headers_to_add.append(
+            base_pb2.HeaderValue(key=header.key, value=header.value)
+        )
     return response
 
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 
 from aiohttp import web
+
 from sluice.errors import InvalidRequestError
 from sluice.grpc.convert import decision_to_json, request_from_json
 from sluice.limiter import RateLimiter

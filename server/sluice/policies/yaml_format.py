@@ -64,7 +64,8 @@ def load_sources(sources: Iterable[tuple[str, str]]) -> list[DomainPolicy]:
         for policy, where in _Loader(source, problems).documents(text):
             if policy.domain in seen:
                 problems.append(
-                    f"{where}: duplicate domain '{policy.domain}' (first defined at {seen[policy.domain]})"
+                    f"{where}: duplicate domain '{policy.domain}' "
+                    f"(first defined at {seen[policy.domain]})"
                 )
                 continue
             seen[policy.domain] = where
@@ -96,7 +97,7 @@ class _Loader:
             self.problems.append(f"{self.source}:1: YAML syntax error: {exc}")
             return
         for node in nodes:
-            if node is None:  # an empty document, e.g. a trailing '---'
+            if node is None or _is_null(node):  # an empty document, e.g. a trailing "---"
                 continue
             before = len(self.problems)
             policy = self.policy(node)
@@ -229,7 +230,9 @@ class _Loader:
             return None, False, replaces
         return RateLimit(requests, unit, name), False, replaces
 
-    def requests_per_unit(self, node: Node | None, *, required: bool, at: Node | None = None) -> int:
+    def requests_per_unit(
+        self, node: Node | None, *, required: bool, at: Node | None = None
+    ) -> int:
         if node is None or _is_null(node):
             if required and at is not None:
                 self.error(at, "rate_limit needs 'requests_per_unit' (or 'unlimited: true')")
@@ -284,7 +287,10 @@ def _limit_names(rules: Iterable[Rule]) -> set[str]:
 
 def dump_policy(policy: DomainPolicy) -> str:
     """Canonical YAML for one domain: loading it gives back an equal policy."""
-    document = {"domain": policy.domain, "descriptors": [_rule_document(r) for r in policy.descriptors]}
+    document = {
+        "domain": policy.domain,
+        "descriptors": [_rule_document(r) for r in policy.descriptors],
+    }
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 

@@ -8,6 +8,7 @@ file: the connection arrives in ``config.attributes["connection"]``.
 from __future__ import annotations
 
 from alembic import context
+
 from sluice.policies.tables import metadata
 
 connection = context.config.attributes.get("connection")

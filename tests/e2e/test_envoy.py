@@ -1,0 +1,232 @@
+"""End to end: a real Envoy runs examples/envoy/envoy.yaml against `sluice serve` with
+examples/envoy/ratelimit.yaml; only the ports are rewritten.
+
+Envoy fails open (failure_mode_deny: false): if Sluice errs or is unreachable every request
+simply passes. So each scenario also checks Envoy's own counters: ``ratelimit.error`` and
+``ratelimit.failure_mode_allowed`` must stay 0 and ``ratelimit.ok``/``ratelimit.over_limit``
+must move by exactly what the scenario caused. The counters are read before the response
+codes, so an RLS failure is reported as such rather than as a missing 429.
+
+Every limit is per hour (windows aligned to the epoch); each scenario uses its own
+descriptor values so that none depends on another's counts. A scenario started in the last
+seconds of an hour could still see the window roll over; ``_require_window`` refuses that
+case loudly instead of flaking.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.envoy import (
+    EnvoyProcess,
+    Response,
+    envoy_binary,
+    envoy_serve,
+    http_get,
+    rewrite_ports,
+)
+from tests.support.processes import SluiceProcess, free_port, sluice_serve
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "envoy"
+ENVOY_CONFIG = EXAMPLES / "envoy.yaml"
+POLICY = EXAMPLES / "ratelimit.yaml"
+
+# The ports written in examples/envoy/envoy.yaml.
+EXAMPLE_LISTENER, EXAMPLE_ADMIN, EXAMPLE_UPSTREAM, EXAMPLE_SLUICE = 10000, 9901, 8000, 8081
+
+# Envoy counts the filter's outcomes in the scope of the route's target cluster.
+STATS = "cluster.upstream.ratelimit."
+UPSTREAM_BODY = "upstream ok"
+HOUR_S = 3600
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the name is fixed by http.server)
+        body = UPSTREAM_BODY.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@dataclass
+class Stack:
+    envoy: EnvoyProcess
+    sluice: SluiceProcess
+    port: int  # Envoy's listener
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> Response:
+        return http_get(self.port, path, headers)
+
+    def counters(self) -> dict[str, int]:
+        return {
+            name.removeprefix(STATS): value
+            for name, value in self.envoy.counters(r"ratelimit").items()
+            if name.startswith(STATS)
+        }
+
+    def diagnostics(self) -> str:
+        return f"--- envoy log ---\n{self.envoy.log()}\n--- sluice log ---\n{self.sluice.log()}"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def stack(upstream: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    try:
+        envoy_binary()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))  # never a skip: a missing Envoy must not pass as green
+    workdir = tmp_path_factory.mktemp("envoy-e2e")
+    with sluice_serve(workdir, config=POLICY) as sluice:
+        listener, admin = free_port(), free_port()
+        config = rewrite_ports(
+            yaml.safe_load(ENVOY_CONFIG.read_text()),
+            {
+                EXAMPLE_LISTENER: listener,
+                EXAMPLE_ADMIN: admin,
+                EXAMPLE_UPSTREAM: upstream,
+                EXAMPLE_SLUICE: sluice.grpc_port,
+            },
+        )
+        with envoy_serve(workdir, config, admin_port=admin, listener_ports=(listener,)) as envoy:
+            yield Stack(envoy, sluice, listener)
+
+
+def _require_window(seconds: float = 15) -> None:
+    """Fail (not skip) rather than run a scenario across an hour boundary."""
+    left = HOUR_S - time.time() % HOUR_S
+    if left < seconds:
+        pytest.fail(f"only {left:.1f}s left in the hourly window; rerun after the hour turns")
+
+
+def _check_rls(stack: Stack, before: dict[str, int], *, ok: int, over_limit: int) -> None:
+    """Every request reached Sluice and got a real answer: no error, no fail-open."""
+    after = stack.counters()
+    failures = {k: after.get(k, 0) for k in ("error", "failure_mode_allowed")}
+    assert failures == {"error": 0, "failure_mode_allowed": 0}, (
+        f"Envoy could not get answers from Sluice (it fails open): {after}\n{stack.diagnostics()}"
+    )
+    moved = {k: after.get(k, 0) - before.get(k, 0) for k in ("ok", "over_limit")}
+    assert moved == {"ok": ok, "over_limit": over_limit}, f"{before} -> {after}"
+
+
+def _limit_header(response: Response) -> int:
+    """The quota of DRAFT_VERSION_03's ``x-ratelimit-limit: 3, 3;w=3600``."""
+    value = response.headers["x-ratelimit-limit"]
+    quota, _, policy = value.partition(",")
+    assert f"{quota.strip()};w={HOUR_S}" in policy.replace(" ", ""), value
+    return int(quota)
+
+
+def _assert_allowed(response: Response) -> None:
+    assert (response.status, response.body) == (200, UPSTREAM_BODY), response
+    assert "x-envoy-ratelimited" not in response.headers, response
+
+
+def _assert_limited(response: Response) -> None:
+    assert response.status == 429, response
+    assert response.headers.get("x-envoy-ratelimited") == "true", response
+    assert response.body != UPSTREAM_BODY, response
+
+
+def _assert_reset(response: Response) -> None:
+    assert 0 < int(response.headers["x-ratelimit-reset"]) <= HOUR_S, response
+
+
+def test_limited_route_refuses_after_the_limit(stack: Stack) -> None:
+    _require_window()
+    before = stack.counters()
+    responses = [stack.get("/limited/") for _ in range(5)]
+    _check_rls(stack, before, ok=3, over_limit=2)
+
+    for response in responses[:3]:
+        _assert_allowed(response)
+    for response in responses[3:]:
+        _assert_limited(response)
+    for response in responses:
+        assert _limit_header(response) == 3, response
+        _assert_reset(response)
+    remaining = [int(r.headers["x-ratelimit-remaining"]) for r in responses]
+    assert remaining == [2, 1, 0, 0, 0]
+
+
+def test_shadow_mode_route_counts_but_never_refuses(stack: Stack) -> None:
+    _require_window()
+    before = stack.counters()
+    responses = [stack.get("/shadow/") for _ in range(5)]  # the limit is 1
+    _check_rls(stack, before, ok=5, over_limit=0)
+
+    for response in responses:
+        _assert_allowed(response)
+        # The shadow rule did match and count: its limit and remaining are reported.
+        assert _limit_header(response) == 1, response
+        _assert_reset(response)
+    assert [int(r.headers["x-ratelimit-remaining"]) for r in responses] == [0] * 5
+
+
+def test_unlimited_route_is_never_limited(stack: Stack) -> None:
+    _require_window()
+    before = stack.counters()
+    responses = [stack.get("/unlimited/") for _ in range(10)]
+    _check_rls(stack, before, ok=10, over_limit=0)
+
+    for response in responses:
+        _assert_allowed(response)
+        # An unlimited rule has no current_limit, so Envoy has no quota to report.
+        assert "x-ratelimit-limit" not in response.headers, response
+
+
+def test_api_key_and_path_are_limited_independently(stack: Stack) -> None:
+    _require_window()
+    run = uuid.uuid4().hex
+    alice, bob = {"x-api-key": f"alice-{run}"}, {"x-api-key": f"bob-{run}"}
+    before = stack.counters()
+    alice_items = [stack.get("/api/items", alice) for _ in range(3)]  # the limit is 2
+    bob_items = [stack.get("/api/items", bob) for _ in range(2)]
+    alice_orders = stack.get("/api/orders", alice)
+    anonymous = stack.get("/api/items")  # no x-api-key: only remote_address (1000/hour)
+    _check_rls(stack, before, ok=6, over_limit=1)
+
+    _assert_allowed(alice_items[0])
+    _assert_allowed(alice_items[1])
+    _assert_limited(alice_items[2])
+    for response in bob_items:
+        _assert_allowed(response)
+    _assert_allowed(alice_orders)
+    _assert_allowed(anonymous)
+
+    # The headers report the descriptor closest to its limit: api_key+path, not the address.
+    keyed = [*alice_items, *bob_items, alice_orders]
+    for response in keyed:
+        assert _limit_header(response) == 2, response
+        _assert_reset(response)
+    assert [int(r.headers["x-ratelimit-remaining"]) for r in keyed] == [1, 0, 0, 1, 0, 1]
+    assert _limit_header(anonymous) == 1000, anonymous
+    assert 0 < int(anonymous.headers["x-ratelimit-remaining"]) < 1000, anonymous

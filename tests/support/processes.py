@@ -1,0 +1,131 @@
+"""Real processes for tests: free ports, a `sluice serve` subprocess, waiting for readiness."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SluiceProcess", "free_port", "run_sluice", "sluice_serve", "wait_until"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    """Poll ``predicate`` until true; a readiness wait, never a way to pass a race."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def run_sluice(args: Sequence[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    """Run the ``sluice`` command line (as ``python -m sluice``) to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "sluice", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kwargs,
+    )
+
+
+@dataclass
+class SluiceProcess:
+    process: subprocess.Popen[str]
+    grpc_port: int
+    http_port: int
+    log_path: Path
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout_s: float = 20) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/healthcheck", timeout=0.5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def sluice_serve(
+    workdir: Path,
+    *,
+    config: Path | None = None,
+    database_url: str | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[SluiceProcess]:
+    """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards."""
+    grpc_port, http_port = free_port(), free_port()
+    database_url = database_url or f"sqlite:///{workdir / 'sluice.db'}"
+    args = [
+        sys.executable,
+        "-m",
+        "sluice",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        "--database-url",
+        database_url,
+        *(["--config", str(config)] if config is not None else []),
+        *extra_args,
+    ]
+    log_path = workdir / f"sluice-{grpc_port}.log"
+    log_file = open(log_path, "w")  # noqa: SIM115 (closed below, after the process)
+    process = subprocess.Popen(
+        args,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    server = SluiceProcess(process, grpc_port, http_port, log_path)
+    try:
+        wait_until(
+            lambda: process.poll() is not None or _healthy(server.http_url), 30, "sluice serve"
+        )
+        if process.poll() is not None:
+            raise RuntimeError(f"sluice serve exited with {process.returncode}:\n{server.log()}")
+        yield server
+    finally:
+        server.terminate()
+        log_file.close()

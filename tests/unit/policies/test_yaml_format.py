@@ -1,0 +1,307 @@
+"""The YAML format: what loads, what it loads to, and the whole text of every refusal."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sluice.errors import ConfigError
+from sluice.model import DomainPolicy, RateLimit, Rule, Unit
+from sluice.policies.yaml_format import dump_policies, load_path, load_text
+
+
+def load(text: str) -> list[DomainPolicy]:
+    return load_text(textwrap.dedent(text), "t.yaml")
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load(text)
+    return info.value.problems
+
+
+def test_loads_the_full_format() -> None:
+    [policy] = load(
+        """
+        domain: d
+        descriptors:
+          - key: k
+            value: v*
+            share_threshold: true
+            shadow_mode: true
+            detailed_metric: true
+            rate_limit:
+              name: n
+              unit: MINUTE
+              requests_per_unit: 5
+            descriptors:
+              - key: inner
+                rate_limit:
+                  unlimited: true
+          - key: other
+            rate_limit:
+              replaces:
+                - name: n
+              unit: second
+              requests_per_unit: 1
+        """
+    )
+    inner = Rule("inner", None, RateLimit(0, Unit.UNKNOWN), unlimited=True)
+    assert policy == DomainPolicy(
+        "d",
+        (
+            Rule(
+                "k",
+                "v*",
+                RateLimit(5, Unit.MINUTE, "n"),
+                shadow_mode=True,
+                detailed_metric=True,
+                share_threshold=True,
+                descriptors=(inner,),
+            ),
+            Rule("other", None, RateLimit(1, Unit.SECOND), replaces=("n",)),
+        ),
+    )
+    assert [r.line for r in policy.descriptors] == [4, 17]
+
+
+def test_numbers_and_booleans_as_values_keep_their_text() -> None:
+    [policy] = load(
+        """
+        domain: d
+        descriptors:
+          - key: port
+            value: 0080
+            rate_limit: {unit: second, requests_per_unit: 1}
+        """
+    )
+    assert policy.descriptors[0].value == "0080"
+
+
+def test_every_unit_is_accepted() -> None:
+    for unit in ("second", "minute", "hour", "day", "week", "month", "year"):
+        [policy] = load(
+            f"""
+            domain: d
+            descriptors:
+              - key: k
+                rate_limit: {{unit: {unit}, requests_per_unit: 1}}
+            """
+        )
+        assert policy.descriptors[0].limit == RateLimit(1, Unit[unit.upper()])
+
+
+def test_several_documents_and_empty_ones() -> None:
+    policies = load(
+        """
+        domain: a
+        ---
+        ---
+        domain: b
+        descriptors: []
+        """
+    )
+    assert [p.domain for p in policies] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: [\n",
+            ["t.yaml:4: YAML syntax error: expected the node content, but found '<stream end>'"],
+            id="yaml-syntax",
+        ),
+        pytest.param(
+            "- a\n- b\n", ["t.yaml:1: a policy document must be a mapping"], id="not-a-mapping"
+        ),
+        pytest.param(
+            "domain: d\ncolour: red\n",
+            ["t.yaml:2: unknown key 'colour' in a policy document"],
+            id="unknown-root-key",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    unit: second\n",
+            ["t.yaml:4: unknown key 'unit' in a descriptor"],
+            id="unknown-descriptor-key",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: 1\n      burst: 3\n",
+            ["t.yaml:7: unknown key 'burst' in rate_limit"],
+            id="unknown-rate-limit-key",
+        ),
+        pytest.param(
+            "descriptors: []\n", ["t.yaml:1: config file cannot have empty domain"], id="no-domain"
+        ),
+        pytest.param(
+            "domain: ''\n", ["t.yaml:1: config file cannot have empty domain"], id="empty-domain"
+        ),
+        pytest.param(
+            "domain: d\n---\ndomain: d\n",
+            ["t.yaml:3: duplicate domain 'd' (first defined at t.yaml:1)"],
+            id="duplicate-domain",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - value: v\n",
+            ["t.yaml:3: descriptor has empty key"],
+            id="empty-key",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
+            ["t.yaml:5: duplicate descriptor composite key 'd.k_v'"],
+            id="duplicate-composite-key",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: k\n"
+            "      - key: k\n",
+            ["t.yaml:6: duplicate descriptor composite key 'd.a.k'"],
+            id="duplicate-nested-composite-key",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n"
+            "      requests_per_unit: 1\n",
+            ["t.yaml:5: invalid rate limit unit 'fortnight'"],
+            id="bad-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: unknown\n"
+            "      requests_per_unit: 1\n",
+            ["t.yaml:5: invalid rate limit unit 'unknown'"],
+            id="unknown-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 1\n",
+            ["t.yaml:5: invalid rate limit unit ''"],
+            id="missing-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n",
+            ["t.yaml:5: rate_limit needs 'requests_per_unit' (or 'unlimited: true')"],
+            id="missing-requests-per-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: -1\n",
+            ["t.yaml:6: 'requests_per_unit' must be between 0 and 4294967295"],
+            id="negative-requests-per-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: ten\n",
+            ["t.yaml:6: 'requests_per_unit' must be a whole number"],
+            id="text-requests-per-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n"
+            "      unit: second\n",
+            ["t.yaml:6: should not specify rate limit unit when unlimited"],
+            id="unlimited-with-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: sometimes\n",
+            ["t.yaml:4: 'shadow_mode' must be true or false"],
+            id="bad-boolean",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n"
+            "      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: n\n",
+            ["t.yaml:9: replaces should not contain name of same descriptor"],
+            id="replaces-itself",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: 1\n      replaces:\n        - name: ''\n",
+            ["t.yaml:8: should not have an empty replaces entry"],
+            id="replaces-empty",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: 1\n      replaces:\n        - name: nowhere\n",
+            ["t.yaml:3: replaces 'nowhere', but no rate_limit in domain 'd' has that name"],
+            id="replaces-unknown-name",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: 1\n      replaces: n\n",
+            ["t.yaml:7: 'replaces' must be a list of {name: ...} entries"],
+            id="replaces-not-a-list",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    value: exact\n    share_threshold: true\n",
+            [
+                "t.yaml:5: share_threshold is only allowed on a descriptor whose value has a "
+                "wildcard '*'"
+            ],
+            id="share-threshold-without-wildcard",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n",
+            [
+                "t.yaml:4: share_threshold is only allowed on a descriptor whose value has a "
+                "wildcard '*'"
+            ],
+            id="share-threshold-on-key-only",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors: {key: k}\n",
+            ["t.yaml:2: 'descriptors' must be a list"],
+            id="descriptors-not-a-list",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      unit: minute\n      requests_per_unit: 1\n",
+            ["t.yaml:6: duplicate key 'unit' in rate_limit"],
+            id="duplicate-key",
+        ),
+    ],
+)
+def test_refusals_name_the_line_and_the_reason(text: str, expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_text(text, "t.yaml")
+    assert info.value.problems == expected
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    assert problems(
+        """
+        domain: d
+        descriptors:
+          - key: a
+            rate_limit: {unit: lightyear, requests_per_unit: 1}
+          - key: ''
+        """
+    ) == [
+        "t.yaml:5: invalid rate limit unit 'lightyear'",
+        "t.yaml:6: descriptor has empty key",
+    ]
+
+
+def test_a_directory_loads_every_yaml_file_and_a_bad_file_loads_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("domain: a\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text("domain: b\n")
+    (tmp_path / "notes.txt").write_text("not policy")
+    assert [p.domain for p in load_path(tmp_path)] == ["a", "b"]
+
+    (tmp_path / "sub" / "c.yaml").write_text("domain: a\n")
+    with pytest.raises(ConfigError) as info:
+        load_path(tmp_path)
+    assert info.value.problems == [
+        f"{tmp_path / 'sub' / 'c.yaml'}:1: duplicate domain 'a' (first defined at "
+        f"{tmp_path / 'a.yaml'}:1)"
+    ]
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_path(tmp_path / "nope.yaml")
+    assert info.value.problems == [f"{tmp_path / 'nope.yaml'}: no such file or directory"]
+
+
+def test_dump_then_load_gives_the_same_policies() -> None:
+    text = Path(__file__).parents[3].joinpath("examples", "ratelimit.yaml").read_text()
+    original = load_text(text, "example")
+    assert load_text(dump_policies(original), "dump") == original

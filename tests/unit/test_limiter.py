@@ -1,0 +1,235 @@
+"""ShouldRateLimit decisions end to end in domain code, on a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+
+import pytest
+
+from sluice.backends.memory import MemoryBackend
+from sluice.clock import ManualClock
+from sluice.errors import InvalidRequestError
+from sluice.limiter import UNLIMITED_REMAINING, LimiterSettings, RateLimiter
+from sluice.model import (
+    Code,
+    Decision,
+    Descriptor,
+    DescriptorStatus,
+    Header,
+    LimitOverride,
+    RateLimit,
+    RateLimitRequest,
+    Unit,
+)
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.yaml_format import load_text
+
+POLICY = textwrap.dedent(
+    """
+    domain: d
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 3}
+      - key: shadow
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: free
+        rate_limit: {unlimited: true}
+      - key: key_1
+        value: value_1
+        descriptors:
+          - key: user
+            value: bkthomps
+            rate_limit: {name: specific_limit, unit: second, requests_per_unit: 5}
+      - key: key_2
+        value: value_2
+        descriptors:
+          - key: user
+            value: bkthomps
+            rate_limit:
+              replaces: [{name: specific_limit}]
+              unit: second
+              requests_per_unit: 10
+    """
+)
+
+START = 1_700_000_000.0  # a whole minute: 1_700_000_000 % 60 == 20, so 40 s remain in it
+
+
+def make(settings: LimiterSettings = LimiterSettings()) -> tuple[RateLimiter, ManualClock]:
+    clock = ManualClock(START)
+    snapshot = Snapshot(load_text(POLICY, "t.yaml"))
+    return RateLimiter(lambda: snapshot, MemoryBackend(), clock, settings), clock
+
+
+def ask(
+    limiter: RateLimiter, *descriptors: Descriptor, hits: int = 0, domain: str = "d"
+) -> Decision:
+    return asyncio.run(limiter.should_rate_limit(RateLimitRequest(domain, descriptors, hits)))
+
+
+def d(*entries: tuple[str, str], **kwargs: object) -> Descriptor:
+    return Descriptor(tuple(entries), **kwargs)  # type: ignore[arg-type]
+
+
+PER_MINUTE_3 = RateLimit(3, Unit.MINUTE)
+
+
+def test_counts_up_to_the_limit_then_refuses_and_keeps_counting() -> None:
+    limiter, clock = make()
+    remaining = [ask(limiter, d(("user", "a"))).statuses[0].limit_remaining for _ in range(3)]
+    assert remaining == [2, 1, 0]
+    over = ask(limiter, d(("user", "a")))
+    assert over == Decision(
+        Code.OVER_LIMIT, (DescriptorStatus(Code.OVER_LIMIT, PER_MINUTE_3, 0, 40),)
+    )
+    clock.advance(40)  # the next epoch-aligned window
+    assert ask(limiter, d(("user", "a"))).statuses[0] == DescriptorStatus(
+        Code.OK, PER_MINUTE_3, 2, 60
+    )
+
+
+def test_no_rule_unknown_domain_and_unlimited() -> None:
+    limiter, _ = make()
+    assert ask(limiter, d(("nothing", "x"))) == Decision(Code.OK, (DescriptorStatus(Code.OK),))
+    assert ask(limiter, d(("user", "a")), domain="nope") == Decision(
+        Code.OK, (DescriptorStatus(Code.OK),)
+    )
+    for _ in range(5):
+        assert ask(limiter, d(("free", "x"))).statuses[0] == DescriptorStatus(
+            Code.OK, None, UNLIMITED_REMAINING, 0
+        )
+
+
+def test_statuses_follow_request_order_and_any_over_limit_wins() -> None:
+    limiter, _ = make()
+    ask(limiter, d(("user", "a")), hits=3)
+    decision = ask(limiter, d(("nothing", "x")), d(("user", "a")), d(("user", "b")))
+    assert decision.overall_code is Code.OVER_LIMIT
+    assert [s.code for s in decision.statuses] == [Code.OK, Code.OVER_LIMIT, Code.OK]
+    assert decision.statuses[2].limit_remaining == 2
+
+
+def test_request_hits_addend_zero_means_one() -> None:
+    limiter, _ = make()
+    assert ask(limiter, d(("user", "a")), hits=0).statuses[0].limit_remaining == 2
+    assert ask(limiter, d(("user", "a")), hits=2).statuses[0].limit_remaining == 0
+
+
+def test_descriptor_hits_addend_wins_and_zero_checks_without_consuming() -> None:
+    limiter, _ = make()
+    assert ask(limiter, d(("user", "a"), hits_addend=2), hits=1).statuses[0].limit_remaining == 1
+    for _ in range(3):
+        assert (
+            ask(limiter, d(("user", "a"), hits_addend=0), hits=5).statuses[0].limit_remaining == 1
+        )
+    assert ask(limiter, d(("user", "a"), hits_addend=2)).overall_code is Code.OVER_LIMIT
+
+
+def test_shadow_mode_reports_ok_with_nothing_remaining() -> None:
+    limiter, _ = make()
+    ask(limiter, d(("shadow", "x")))
+    decision = ask(limiter, d(("shadow", "x")))
+    assert decision == Decision(
+        Code.OK, (DescriptorStatus(Code.OK, RateLimit(1, Unit.MINUTE), 0, 40),)
+    )
+
+
+def test_global_shadow_mode_answers_ok_but_keeps_statuses() -> None:
+    limiter, _ = make(LimiterSettings(global_shadow_mode=True))
+    decision = ask(limiter, d(("user", "a")), hits=4)
+    assert decision.overall_code is Code.OK
+    assert decision.statuses[0].code is Code.OVER_LIMIT
+
+
+def test_limit_override_replaces_the_configured_limit() -> None:
+    limiter, _ = make()
+    override = LimitOverride(1, Unit.HOUR)
+    first = ask(limiter, d(("user", "a"), limit=override))
+    reset_s = 3600 - int(START) % 3600
+    assert first.statuses[0] == DescriptorStatus(Code.OK, RateLimit(1, Unit.HOUR), 0, reset_s)
+    assert ask(limiter, d(("user", "a"), limit=override)).overall_code is Code.OVER_LIMIT
+    # Envoy's override is ignored for a domain Sluice does not know.
+    assert ask(limiter, d(("user", "a"), limit=override), domain="nope").overall_code is Code.OK
+
+
+def test_replaces_drops_the_named_limit_without_consuming_it() -> None:
+    limiter, _ = make()
+    both = ask(
+        limiter,
+        d(("key_1", "value_1"), ("user", "bkthomps")),
+        d(("key_2", "value_2"), ("user", "bkthomps")),
+    )
+    assert both.statuses[0] == DescriptorStatus(Code.OK)
+    assert both.statuses[1].current_limit == RateLimit(10, Unit.SECOND)
+    assert both.statuses[1].limit_remaining == 9
+    alone = ask(limiter, d(("key_1", "value_1"), ("user", "bkthomps")))
+    assert alone.statuses[0] == DescriptorStatus(
+        Code.OK, RateLimit(5, Unit.SECOND, "specific_limit"), 4, 1
+    )
+
+
+def test_response_headers_describe_the_limit_closest_to_exhaustion() -> None:
+    limiter, _ = make(LimiterSettings(response_headers=True))
+    ok = ask(limiter, d(("user", "a")), d(("user", "b")), hits=1)
+    assert ok.response_headers == (
+        Header("RateLimit-Policy", '"default";q=3;w=60'),
+        Header("RateLimit", '"default";r=2;t=40'),
+    )
+    over = ask(limiter, d(("user", "a")), hits=3)
+    assert over.response_headers == (
+        Header("RateLimit-Policy", '"default";q=3;w=60'),
+        Header("RateLimit", '"default";r=0;t=40'),
+        Header("Retry-After", "40"),
+    )
+    assert ask(limiter, d(("nothing", "x"))).response_headers == ()
+
+
+def test_headers_are_off_by_default() -> None:
+    limiter, _ = make()
+    assert ask(limiter, d(("user", "a"))).response_headers == ()
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (RateLimitRequest("", (d(("k", "v")),)), "domain: must not be empty"),
+        (RateLimitRequest("d", ()), "descriptors: must not be empty"),
+        (RateLimitRequest("d", (d(("k", "v")), d())), "descriptors[1].entries: must not be empty"),
+        (
+            RateLimitRequest("d", (d(("k", "v"), ("", "v")),)),
+            "descriptors[0].entries[1].key: must not be empty",
+        ),
+        (
+            RateLimitRequest("d", (d(("k", "v"), limit=LimitOverride(1, Unit.UNKNOWN)),)),
+            "descriptors[0].limit.unit: must be one of "
+            "SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR",
+        ),
+        (
+            RateLimitRequest("d" * 257, (d(("k", "v")),)),
+            "domain: 257 characters, more than the maximum of 256",
+        ),
+        (
+            RateLimitRequest("d", tuple(d(("k", "v")) for _ in range(65))),
+            "descriptors: 65 descriptors, more than the maximum of 64",
+        ),
+        (
+            RateLimitRequest("d", (d(*[("k", "v")] * 17),)),
+            "descriptors[0].entries: 17 entries, more than the maximum of 16",
+        ),
+        (
+            RateLimitRequest("d", (d(("k" * 257, "v")),)),
+            "descriptors[0].entries[0].key: 257 characters, more than the maximum of 256",
+        ),
+        (
+            RateLimitRequest("d", (d(("k", "v" * 1025)),)),
+            "descriptors[0].entries[0].value: 1025 characters, more than the maximum of 1024",
+        ),
+    ],
+)
+def test_bad_requests_name_the_field(request_: RateLimitRequest, message: str) -> None:
+    limiter, _ = make()
+    with pytest.raises(InvalidRequestError) as info:
+        asyncio.run(limiter.should_rate_limit(request_))
+    assert str(info.value) == message
