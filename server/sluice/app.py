@@ -8,6 +8,7 @@ import signal
 
 from aiohttp import web
 
+from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.clock import Clock, SystemClock
 from sluice.grpc.server import GrpcServer
@@ -26,11 +27,15 @@ log = logging.getLogger("sluice")
 class Sluice:
     """One server: the gRPC port and the HTTP port over one limiter and one snapshot."""
 
-    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Clock | None = None, backend: Backend | None = None
+    ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
-        self.backend = MemoryBackend(max_keys=settings.memory_max_keys)
+        self.backend = (
+            backend if backend is not None else MemoryBackend(max_keys=settings.memory_max_keys)
+        )
         self.limiter = RateLimiter(
             lambda: self.snapshot,
             self.backend,

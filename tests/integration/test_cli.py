@@ -1,0 +1,111 @@
+"""The `sluice` command line against real config databases (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.policies.yaml_format import load_path, load_text
+from tests.support.processes import run_sluice
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "ratelimit.yaml"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db' / 'sluice.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_check_accepts_the_example() -> None:
+    result = run_sluice(["check", str(EXAMPLE)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{EXAMPLE}: OK, 1 domain(s): edge\n"
+
+
+def test_check_refuses_with_file_line_and_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n")
+    result = run_sluice(["check", str(bad)])
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{bad}:4: invalid rate limit unit 'eon'",
+        f"{bad}:4: rate_limit needs 'requests_per_unit' (or 'unlimited: true')",
+    ]
+
+
+def test_import_then_export_gives_the_same_policies(database_url: str, tmp_path: Path) -> None:
+    imported = run_sluice(["import", str(EXAMPLE), "--database-url", database_url])
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout == "edge: version 1\n"
+    again = run_sluice(["import", str(EXAMPLE), "--database-url", database_url])
+    assert again.stdout == "edge: unchanged\n"
+
+    exported = run_sluice(["export", "--database-url", database_url])
+    assert exported.returncode == 0, exported.stderr
+    assert load_text(exported.stdout, "export") == load_path(EXAMPLE)
+
+    (tmp_path / "exported.yaml").write_text(exported.stdout)
+    reimported = run_sluice(
+        ["import", str(tmp_path / "exported.yaml"), "--database-url", database_url]
+    )
+    assert reimported.stdout == "edge: unchanged\n"
+
+
+def test_a_bad_file_changes_nothing(database_url: str, tmp_path: Path) -> None:
+    assert run_sluice(["import", str(EXAMPLE), "--database-url", database_url]).returncode == 0
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "a.yaml").write_text("domain: other\n")
+    (policies / "b.yaml").write_text("domain: edge\ndescriptors:\n  - value: x\n")
+    result = run_sluice(["import", str(policies), "--database-url", database_url])
+    assert result.returncode == 1
+    assert result.stderr == f"{policies / 'b.yaml'}:3: descriptor has empty key\n"
+    exported = run_sluice(["export", "--database-url", database_url])
+    assert load_text(exported.stdout, "export") == load_path(EXAMPLE)
+
+
+def test_export_one_domain_and_a_missing_one(database_url: str, tmp_path: Path) -> None:
+    (tmp_path / "two.yaml").write_text("domain: a\n---\ndomain: b\n")
+    assert run_sluice(
+        ["import", str(tmp_path / "two.yaml"), "--database-url", database_url]
+    ).stdout == ("a: version 1\nb: version 1\n")
+    only_b = run_sluice(["export", "--domain", "b", "--database-url", database_url])
+    assert [p.domain for p in load_text(only_b.stdout)] == ["b"]
+    missing = run_sluice(["export", "--domain", "zzz", "--database-url", database_url])
+    assert (missing.returncode, missing.stderr) == (1, "sluice: no such domain: zzz\n")
+
+
+def test_unreachable_database_exits_3_without_leaking_the_password() -> None:
+    url = "postgresql://sluice:hunter2@127.0.0.1:1/sluice"
+    result = run_sluice(["export", "--database-url", url])
+    assert result.returncode == 3
+    assert "config database" in result.stderr
+    assert "hunter2" not in result.stderr
+
+
+def test_settings_come_from_flags_then_environment_and_hide_secrets() -> None:
+    url = "postgresql://sluice:hunter2@db:5432/sluice"
+    result = run_sluice(
+        ["settings", "--grpc-port", "9001"],
+        env={
+            "SLUICE_GRPC_PORT": "9999",
+            "SLUICE_HTTP_PORT": "9002",
+            "SLUICE_DATABASE_URL": url,
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"grpc_port": 9001' in result.stdout
+    assert '"http_port": 9002' in result.stdout
+    assert "hunter2" not in result.stdout and "sluice:***@db:5432" in result.stdout
+
+
+def test_a_bad_setting_names_its_source() -> None:
+    result = run_sluice(["settings"], env={"SLUICE_GRPC_PORT": "eighty", "PATH": "/usr/bin:/bin"})
+    assert (result.returncode, result.stderr) == (
+        1,
+        "sluice: SLUICE_GRPC_PORT: 'eighty' is not a valid int\n",
+    )

@@ -1,0 +1,74 @@
+"""Graceful drain: once stopping, new calls are refused while in-flight calls complete."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import grpc
+
+from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice.algorithms import Outcome
+from sluice.app import Sluice
+from sluice.backends import Hit
+from sluice.backends.memory import MemoryBackend
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.yaml_format import load_text
+from sluice.settings import Settings
+
+POLICY = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+
+
+class GatedBackend(MemoryBackend):
+    """Holds every call until the test opens the gate: a call that is surely in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def apply(self, hits: Sequence[Hit], now: float) -> list[Outcome]:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().apply(hits, now)
+
+
+def request(domain: str) -> rls_pb2.RateLimitRequest:
+    entry = ratelimit_pb2.RateLimitDescriptor.Entry(key="k", value="v")
+    return rls_pb2.RateLimitRequest(
+        domain=domain, descriptors=[ratelimit_pb2.RateLimitDescriptor(entries=[entry])]
+    )
+
+
+async def scenario() -> tuple[rls_pb2.RateLimitResponse, grpc.StatusCode]:
+    backend = GatedBackend()
+    settings = Settings(host="127.0.0.1", grpc_port=0, http_port=0, shutdown_grace_s=10)
+    sluice = Sluice(settings, backend=backend)
+    sluice.snapshot = Snapshot(load_text(POLICY))
+    await sluice.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sluice.grpc_port}") as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        in_flight = asyncio.ensure_future(stub.ShouldRateLimit(request("d"), timeout=20))
+        await asyncio.wait_for(backend.entered.wait(), 10)
+        stopping = asyncio.ensure_future(sluice.stop())
+        # Probe with a domain that never reaches the backend until the server refuses it.
+        refused = None
+        async with asyncio.timeout(10):
+            while refused is None:
+                try:
+                    await stub.ShouldRateLimit(request("unknown"), timeout=1)
+                except grpc.aio.AioRpcError as exc:
+                    refused = exc.code()
+        assert not in_flight.done()
+        backend.gate.set()
+        response = await in_flight
+        await asyncio.wait_for(stopping, 10)
+    return response, refused
+
+
+def test_in_flight_calls_complete_during_drain() -> None:
+    response, refused = asyncio.run(scenario())
+    assert response.overall_code == rls_pb2.RateLimitResponse.OK
+    assert response.statuses[0].limit_remaining == 4
+    assert refused == grpc.StatusCode.UNAVAILABLE

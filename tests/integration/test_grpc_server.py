@@ -1,0 +1,183 @@
+"""A real `sluice serve` on free ports, called through real gRPC channels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from tests.support.processes import SluiceProcess, sluice_serve
+
+POLICY = """
+domain: grpc-test
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+"""
+
+Entry = ratelimit_pb2.RateLimitDescriptor.Entry
+
+
+def descriptor(*entries: tuple[str, str], **kwargs: object) -> ratelimit_pb2.RateLimitDescriptor:
+    return ratelimit_pb2.RateLimitDescriptor(
+        entries=[Entry(key=k, value=v) for k, v in entries],
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceProcess]:
+    workdir = tmp_path_factory.mktemp("grpc")
+    config = workdir / "policy.yaml"
+    config.write_text(POLICY)
+    with sluice_serve(workdir, config=config, extra_args=["--max-descriptors", "4"]) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def channel(server: SluiceProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(server.grpc_target) as ch:
+        yield ch
+
+
+@pytest.fixture(scope="module")
+def stub(channel: grpc.Channel) -> rls_pb2_grpc.RateLimitServiceStub:
+    return rls_pb2_grpc.RateLimitServiceStub(channel)
+
+
+def test_decisions_over_grpc(stub: rls_pb2_grpc.RateLimitServiceStub) -> None:
+    request = rls_pb2.RateLimitRequest(domain="grpc-test", descriptors=[descriptor(("user", "a"))])
+    first = stub.ShouldRateLimit(request, timeout=5)
+    assert first.overall_code == rls_pb2.RateLimitResponse.OK
+    [status] = first.statuses
+    assert status.current_limit.requests_per_unit == 2
+    assert status.current_limit.unit == rls_pb2.RateLimitResponse.RateLimit.HOUR
+    assert status.limit_remaining == 1
+    assert 0 < status.duration_until_reset.seconds <= 3600
+    stub.ShouldRateLimit(request, timeout=5)
+    third = stub.ShouldRateLimit(request, timeout=5)
+    assert third.overall_code == rls_pb2.RateLimitResponse.OVER_LIMIT
+    assert third.statuses[0].code == rls_pb2.RateLimitResponse.OVER_LIMIT
+
+
+def test_unmatched_descriptor_is_ok_without_a_limit(
+    stub: rls_pb2_grpc.RateLimitServiceStub,
+) -> None:
+    response = stub.ShouldRateLimit(
+        rls_pb2.RateLimitRequest(domain="elsewhere", descriptors=[descriptor(("user", "a"))]),
+        timeout=5,
+    )
+    assert response.overall_code == rls_pb2.RateLimitResponse.OK
+    assert not response.statuses[0].HasField("current_limit")
+
+
+def test_descriptor_hits_addend_and_override_travel_over_the_wire(
+    stub: rls_pb2_grpc.RateLimitServiceStub,
+) -> None:
+    override = ratelimit_pb2.RateLimitDescriptor.RateLimitOverride(
+        requests_per_unit=10, unit=rls_pb2.RateLimitResponse.RateLimit.DAY
+    )
+    request = rls_pb2.RateLimitRequest(
+        domain="grpc-test",
+        descriptors=[descriptor(("user", "override"), limit=override, hits_addend={"value": 4})],
+    )
+    status = stub.ShouldRateLimit(request, timeout=5).statuses[0]
+    assert status.current_limit.requests_per_unit == 10
+    assert status.current_limit.unit == rls_pb2.RateLimitResponse.RateLimit.DAY
+    assert status.limit_remaining == 6
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (
+            rls_pb2.RateLimitRequest(descriptors=[descriptor(("k", "v"))]),
+            "domain: must not be empty",
+        ),
+        (rls_pb2.RateLimitRequest(domain="d"), "descriptors: must not be empty"),
+        (
+            rls_pb2.RateLimitRequest(domain="d", descriptors=[descriptor()]),
+            "descriptors[0].entries: must not be empty",
+        ),
+        (
+            rls_pb2.RateLimitRequest(domain="d", descriptors=[descriptor(("", "v"))]),
+            "descriptors[0].entries[0].key: must not be empty",
+        ),
+        (
+            rls_pb2.RateLimitRequest(
+                domain="d",
+                descriptors=[
+                    descriptor(
+                        ("k", "v"),
+                        limit=ratelimit_pb2.RateLimitDescriptor.RateLimitOverride(
+                            requests_per_unit=1
+                        ),
+                    )
+                ],
+            ),
+            "descriptors[0].limit.unit: must be one of "
+            "SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR",
+        ),
+        (
+            rls_pb2.RateLimitRequest(domain="d" * 257, descriptors=[descriptor(("k", "v"))]),
+            "domain: 257 characters, more than the maximum of 256",
+        ),
+        (
+            rls_pb2.RateLimitRequest(domain="d", descriptors=[descriptor(("k", "v"))] * 5),
+            "descriptors: 5 descriptors, more than the maximum of 4",
+        ),
+        (
+            rls_pb2.RateLimitRequest(domain="d", descriptors=[descriptor(*[("k", "v")] * 17)]),
+            "descriptors[0].entries: 17 entries, more than the maximum of 16",
+        ),
+        (
+            rls_pb2.RateLimitRequest(domain="d", descriptors=[descriptor(("k" * 257, "v"))]),
+            "descriptors[0].entries[0].key: 257 characters, more than the maximum of 256",
+        ),
+        (
+            rls_pb2.RateLimitRequest(domain="d", descriptors=[descriptor(("k", "v" * 1025))]),
+            "descriptors[0].entries[0].value: 1025 characters, more than the maximum of 1024",
+        ),
+    ],
+)
+def test_bad_requests_get_invalid_argument_naming_the_field(
+    stub: rls_pb2_grpc.RateLimitServiceStub, request_: rls_pb2.RateLimitRequest, message: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ShouldRateLimit(request_, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == message
+
+
+@pytest.mark.parametrize("service", ["", "ratelimit"])
+def test_health_service(channel: grpc.Channel, service: str) -> None:
+    response = health_pb2_grpc.HealthStub(channel).Check(
+        health_pb2.HealthCheckRequest(service=service), timeout=5
+    )
+    assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> None:
+    database = ProtoReflectionDescriptorDatabase(channel)
+    services = set(database.get_services())
+    assert {
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "grpc.health.v1.Health",
+    } <= services
+    file = database.FindFileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService")
+    assert file.name == "envoy/service/ratelimit/v3/rls.proto"
+    assert [m.name for m in file.service[0].method] == ["ShouldRateLimit"]
+
+
+def test_sigterm_stops_the_server_cleanly(tmp_path: Path) -> None:
+    with sluice_serve(tmp_path) as process:
+        assert process.terminate() == 0
+        assert "stopped" in process.log()
