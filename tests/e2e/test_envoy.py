@@ -7,14 +7,15 @@ simply passes. So each scenario also checks Envoy's own counters: ``ratelimit.er
 must move by exactly what the scenario caused. The counters are read before the response
 codes, so an RLS failure is reported as such rather than as a missing 429.
 
-Every limit is per hour (windows aligned to the epoch); each scenario uses its own
-descriptor values so that none depends on another's counts. A scenario started in the last
-seconds of an hour could still see the window roll over; ``_require_window`` refuses that
-case loudly instead of flaking.
+Every limit is per hour (fixed windows aligned to the Unix epoch, on the same clock as
+this test); each scenario uses its own descriptor values so that none depends on another's
+counts. A scenario lasts milliseconds, so crossing an hour boundary is very unlikely; if it
+happens, ``_one_window`` says so plainly instead of leaving a puzzling count mismatch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -119,11 +120,13 @@ def stack(upstream: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
             yield Stack(envoy, sluice, listener)
 
 
-def _require_window(seconds: float = 15) -> None:
-    """Fail (not skip) rather than run a scenario across an hour boundary."""
-    left = HOUR_S - time.time() % HOUR_S
-    if left < seconds:
-        pytest.fail(f"only {left:.1f}s left in the hourly window; rerun after the hour turns")
+@contextlib.contextmanager
+def _one_window() -> Iterator[None]:
+    """Fail (never skip) if the requests inside may have straddled an hourly window."""
+    start = time.time() // HOUR_S
+    yield
+    if time.time() // HOUR_S != start:
+        pytest.fail("an hourly rate-limit window ended during this scenario; just rerun it")
 
 
 def _check_rls(stack: Stack, before: dict[str, int], *, ok: int, over_limit: int) -> None:
@@ -161,9 +164,9 @@ def _assert_reset(response: Response) -> None:
 
 
 def test_limited_route_refuses_after_the_limit(stack: Stack) -> None:
-    _require_window()
     before = stack.counters()
-    responses = [stack.get("/limited/") for _ in range(5)]
+    with _one_window():
+        responses = [stack.get("/limited/") for _ in range(5)]
     _check_rls(stack, before, ok=3, over_limit=2)
 
     for response in responses[:3]:
@@ -178,9 +181,9 @@ def test_limited_route_refuses_after_the_limit(stack: Stack) -> None:
 
 
 def test_shadow_mode_route_counts_but_never_refuses(stack: Stack) -> None:
-    _require_window()
     before = stack.counters()
-    responses = [stack.get("/shadow/") for _ in range(5)]  # the limit is 1
+    with _one_window():
+        responses = [stack.get("/shadow/") for _ in range(5)]  # the limit is 1
     _check_rls(stack, before, ok=5, over_limit=0)
 
     for response in responses:
@@ -192,9 +195,8 @@ def test_shadow_mode_route_counts_but_never_refuses(stack: Stack) -> None:
 
 
 def test_unlimited_route_is_never_limited(stack: Stack) -> None:
-    _require_window()
     before = stack.counters()
-    responses = [stack.get("/unlimited/") for _ in range(10)]
+    responses = [stack.get("/unlimited/") for _ in range(10)]  # nothing is counted
     _check_rls(stack, before, ok=10, over_limit=0)
 
     for response in responses:
@@ -204,14 +206,14 @@ def test_unlimited_route_is_never_limited(stack: Stack) -> None:
 
 
 def test_api_key_and_path_are_limited_independently(stack: Stack) -> None:
-    _require_window()
     run = uuid.uuid4().hex
     alice, bob = {"x-api-key": f"alice-{run}"}, {"x-api-key": f"bob-{run}"}
     before = stack.counters()
-    alice_items = [stack.get("/api/items", alice) for _ in range(3)]  # the limit is 2
-    bob_items = [stack.get("/api/items", bob) for _ in range(2)]
-    alice_orders = stack.get("/api/orders", alice)
-    anonymous = stack.get("/api/items")  # no x-api-key: only remote_address (1000/hour)
+    with _one_window():
+        alice_items = [stack.get("/api/items", alice) for _ in range(3)]  # the limit is 2
+        bob_items = [stack.get("/api/items", bob) for _ in range(2)]
+        alice_orders = stack.get("/api/orders", alice)
+        anonymous = stack.get("/api/items")  # no x-api-key: only remote_address (1000/hour)
     _check_rls(stack, before, ok=6, over_limit=1)
 
     _assert_allowed(alice_items[0])
