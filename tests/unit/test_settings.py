@@ -1,0 +1,75 @@
+"""Settings: precedence, conversion, and the documented table staying true."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from sluice.settings import Settings, add_arguments, env_name, flag_name, from_arguments
+
+DOCS = Path(__file__).parents[2] / "docs" / "configuration.md"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_flag_beats_environment_beats_default() -> None:
+    settings = from_arguments(
+        parse("--grpc-port", "1"), {"SLUICE_GRPC_PORT": "2", "SLUICE_HTTP_PORT": "3"}
+    )
+    assert (settings.grpc_port, settings.http_port, settings.host) == (1, 3, "0.0.0.0")
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("0", False), ("ON", True)])
+def test_booleans_from_the_environment(text: str, value: bool) -> None:
+    assert from_arguments(parse(), {"SLUICE_GLOBAL_SHADOW_MODE": text}).global_shadow_mode is value
+
+
+def test_boolean_flags_have_a_negative_form() -> None:
+    environ = {"SLUICE_RESPONSE_HEADERS": "true"}
+    assert from_arguments(parse("--no-response-headers"), environ).response_headers is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        (
+            (),
+            {"SLUICE_GLOBAL_SHADOW_MODE": "maybe"},
+            "SLUICE_GLOBAL_SHADOW_MODE: 'maybe' is not a valid bool",
+        ),
+        (("--max-entries", "many"), {}, "--max-entries: 'many' is not a valid int"),
+        (("--backend", "etcd"), {}, "--backend: unknown backend 'etcd' (memory)"),
+    ],
+)
+def test_bad_values_name_their_source(argv: tuple[str, ...], environ: dict, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        from_arguments(parse(*argv), environ)
+    assert str(info.value) == message
+
+
+def test_redacted_hides_the_database_password() -> None:
+    settings = Settings(database_url="postgresql://u:secret@h:5432/d")
+    assert settings.redacted()["database_url"] == "postgresql://u:***@h:5432/d"
+
+
+def test_docs_table_lists_every_setting_with_its_default() -> None:
+    rows = re.findall(
+        r"^\| `(--[a-z-]+)` \| `(SLUICE_[A-Z_]+)` \| `([^`]*)` \|", DOCS.read_text(), re.M
+    )
+    expected = [
+        (
+            flag_name(f.name),
+            env_name(f.name),
+            str(f.default).lower() if isinstance(f.default, bool) else str(f.default),
+        )
+        for f in fields(Settings)
+    ]
+    assert rows == expected
