@@ -83,11 +83,12 @@ class RateLimiter:
             if match is None:
                 continue
             rule = match.rule
+            # Collected before unlimited rules are answered: an unlimited rule's replaces count.
+            replaced.update(rule.replaces)
             if rule.unlimited:
                 statuses[i] = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
                 continue
             assert rule.limit is not None
-            replaced.update(rule.replaces)
             applicable.append(_Applicable(i, rule.limit, rule.shadow_mode, match.counter_key, cost))
 
         if replaced:

@@ -36,6 +36,10 @@ POLICY = textwrap.dedent(
         rate_limit: {unit: minute, requests_per_unit: 1}
       - key: free
         rate_limit: {unlimited: true}
+      - key: internal
+        rate_limit:
+          unlimited: true
+          replaces: [{name: specific_limit}]
       - key: key_1
         value: value_1
         descriptors:
@@ -233,3 +237,12 @@ def test_bad_requests_name_the_field(request_: RateLimitRequest, message: str) -
     with pytest.raises(InvalidRequestError) as info:
         asyncio.run(limiter.should_rate_limit(request_))
     assert str(info.value) == message
+
+
+def test_an_unlimited_rule_still_replaces() -> None:
+    limiter, _ = make()
+    decision = ask(limiter, d(("key_1", "value_1"), ("user", "bkthomps")), d(("internal", "x")))
+    assert decision.statuses == (
+        DescriptorStatus(Code.OK),
+        DescriptorStatus(Code.OK, None, UNLIMITED_REMAINING, 0),
+    )
