@@ -4,6 +4,7 @@
     ├── ConfigError            a policy document is invalid (names source, line and reason)
     ├── InvalidRequestError    a ShouldRateLimit request is malformed (names the field)
     ├── ConfigDatabaseError    the config database cannot be reached or failed
+    ├── BackendUnavailableError  algorithm state (e.g. Redis) cannot be reached
     └── StaleVersionError      (sluice.policies.store) a publish based on a superseded version
 
 Callers catch SluiceError to tell a refusal or a configuration problem from a bug.
@@ -11,7 +12,13 @@ Callers catch SluiceError to tell a refusal or a configuration problem from a bu
 
 from __future__ import annotations
 
-__all__ = ["ConfigDatabaseError", "ConfigError", "InvalidRequestError", "SluiceError"]
+__all__ = [
+    "BackendUnavailableError",
+    "ConfigDatabaseError",
+    "ConfigError",
+    "InvalidRequestError",
+    "SluiceError",
+]
 
 
 class SluiceError(Exception):
@@ -35,3 +42,7 @@ class ConfigDatabaseError(SluiceError):
 
     Messages name the database by a redacted URL: they end up in logs and HTTP responses.
     """
+
+
+class BackendUnavailableError(SluiceError):
+    """The backend holding algorithm state cannot answer now (down, timed out, circuit open)."""

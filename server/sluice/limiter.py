@@ -5,16 +5,22 @@ One request becomes at most one backend call. Per descriptor: a client ``limit``
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
 report OVER_LIMIT as OK; a global shadow mode makes the overall answer OK but leaves the
 statuses untouched, so callers can still see what would have happened.
+
+A rule may hold several limits: its hit is admitted only if all admit it, and the status
+reports the limit that decided (the refusing one with the longest wait, or else the one
+closest to exhaustion).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sluice.algorithms import Limit, Outcome
 from sluice.backends import Backend, Hit
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
+from sluice.errors import BackendUnavailableError
 from sluice.model import (
     Code,
     Decision,
@@ -25,10 +31,13 @@ from sluice.model import (
 )
 from sluice.policies.snapshot import Snapshot
 
-__all__ = ["LimiterSettings", "RateLimiter", "UNLIMITED_REMAINING"]
+__all__ = ["FAILURE_MODES", "LimiterSettings", "RateLimiter", "UNLIMITED_REMAINING"]
 
 # What envoyproxy/ratelimit reports as limit_remaining for an unlimited rule (MaxUint32).
 UNLIMITED_REMAINING = 2**32 - 1
+# What to answer when the backend cannot: admit, refuse, or raise (gRPC UNAVAILABLE, so that
+# Envoy's own failure_mode_deny decides).
+FAILURE_MODES = ("allow", "deny", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +45,14 @@ class LimiterSettings:
     bounds: RequestBounds = RequestBounds()
     global_shadow_mode: bool = False
     response_headers: bool = False  # IETF RateLimit/RateLimit-Policy fields and Retry-After
+    failure_mode: str = "error"
 
 
 @dataclass(slots=True)
 class _Applicable:
     index: int
-    limit: RateLimit
+    reported: tuple[RateLimit, ...]  # as clients see them, parallel to ``limits``
+    limits: tuple[Limit, ...]
     shadow_mode: bool
     counter_key: tuple[str, ...]
     cost: int
@@ -55,6 +66,8 @@ class RateLimiter:
         clock: Clock,
         settings: LimiterSettings = LimiterSettings(),
     ) -> None:
+        if settings.failure_mode not in FAILURE_MODES:
+            raise ValueError(f"failure_mode must be one of {FAILURE_MODES}")
         self._snapshot = snapshot
         self._backend = backend
         self._clock = clock
@@ -75,9 +88,10 @@ class RateLimiter:
                 if not snapshot.has_domain(domain):
                     continue  # envoyproxy/ratelimit ignores overrides for unknown domains
                 override = descriptor.limit
+                reported = RateLimit(override.requests_per_unit, override.unit)
                 counter_key = (domain, *(part for entry in descriptor.entries for part in entry))
-                limit = RateLimit(override.requests_per_unit, override.unit)
-                applicable.append(_Applicable(i, limit, False, counter_key, cost))
+                limit = Limit(override.requests_per_unit, override.unit.seconds)
+                applicable.append(_Applicable(i, (reported,), (limit,), False, counter_key, cost))
                 continue
             match = snapshot.lookup(domain, descriptor.entries)
             if match is None:
@@ -88,22 +102,24 @@ class RateLimiter:
             if rule.unlimited:
                 statuses[i] = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
                 continue
-            assert rule.limit is not None
-            applicable.append(_Applicable(i, rule.limit, rule.shadow_mode, match.counter_key, cost))
+            applicable.append(
+                _Applicable(i, rule.limits, match.limits, rule.shadow_mode, match.counter_key, cost)
+            )
 
         if replaced:
-            applicable = [a for a in applicable if not a.limit.name or a.limit.name not in replaced]
+            applicable = [a for a in applicable if a.reported[0].name not in replaced]
 
         if applicable:
-            hits = [
-                Hit(a.counter_key, a.limit.requests_per_unit, a.limit.unit.seconds, a.cost)
-                for a in applicable
-            ]
-            outcomes = await self._backend.apply(hits, self._clock.now())
-            for a, outcome in zip(applicable, outcomes, strict=True):
-                code = Code.OK if outcome.allowed or a.shadow_mode else Code.OVER_LIMIT
-                statuses[a.index] = DescriptorStatus(
-                    code, a.limit, outcome.remaining, outcome.reset_s
+            hits = [Hit(a.counter_key, a.limits, a.cost) for a in applicable]
+            try:
+                outcomes = await self._backend.apply(hits, self._clock.now())
+            except BackendUnavailableError:
+                if self._settings.failure_mode == "error":
+                    raise
+                outcomes = None
+            for n, a in enumerate(applicable):
+                statuses[a.index] = (
+                    _status(a, outcomes[n]) if outcomes is not None else self._failed(a)
                 )
 
         final = tuple(s if s is not None else _NO_LIMIT for s in statuses)
@@ -112,8 +128,42 @@ class RateLimiter:
         headers = _rate_limit_headers(final, overall) if self._settings.response_headers else ()
         return Decision(overall, final, headers)
 
+    def _failed(self, a: _Applicable) -> DescriptorStatus:
+        if self._settings.failure_mode == "allow":
+            return _NO_LIMIT
+        code = Code.OK if a.shadow_mode else Code.OVER_LIMIT
+        return DescriptorStatus(code, a.reported[0], 0, 0, reason="rate-limit state unavailable")
+
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
+
+
+def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> DescriptorStatus:
+    """One status for a rule's limits: the refusing limit with the longest wait, or else the
+    limit closest to exhaustion."""
+    if len(outcomes) == 1:
+        chosen = 0
+    else:
+        refused = [i for i, o in enumerate(outcomes) if not o.allowed]
+        if refused:
+            chosen = max(refused, key=lambda i: outcomes[i].reset_s)
+        else:
+            chosen = min(range(len(outcomes)), key=lambda i: outcomes[i].remaining)
+    outcome = outcomes[chosen]
+    limit = a.reported[chosen]
+    if outcome.allowed:
+        delay = max(o.delay_s for o in outcomes)
+        return DescriptorStatus(Code.OK, limit, outcome.remaining, outcome.reset_s, delay)
+    code = Code.OK if a.shadow_mode else Code.OVER_LIMIT
+    reason = "" if outcome.fits else _never_fits(a.cost, limit)
+    return DescriptorStatus(code, limit, outcome.remaining, outcome.reset_s, reason=reason)
+
+
+def _never_fits(cost: int, limit: RateLimit) -> str:
+    if limit.requests_per_unit == 0:
+        return "the limit is 0: nothing is ever admitted"
+    capacity = limit.burst if limit.burst is not None else limit.requests_per_unit
+    return f"a cost of {cost} can never be admitted: the {limit.algorithm} capacity is {capacity}"
 
 
 def _rate_limit_headers(
@@ -128,16 +178,21 @@ def _rate_limit_headers(
     limit = closest.current_limit
     assert limit is not None
     name = _sf_string(limit.name or "default")
+    reset = _whole_seconds(closest.duration_until_reset_s)
     headers = [
         Header("RateLimit-Policy", f"{name};q={limit.requests_per_unit};w={limit.unit.seconds}"),
-        Header(
-            "RateLimit", f"{name};r={closest.limit_remaining};t={closest.duration_until_reset_s}"
-        ),
+        Header("RateLimit", f"{name};r={closest.limit_remaining};t={reset}"),
     ]
     if overall is Code.OVER_LIMIT:
         wait = max(s.duration_until_reset_s for s in statuses if s.code is Code.OVER_LIMIT)
-        headers.append(Header("Retry-After", str(wait)))
+        headers.append(Header("Retry-After", str(_whole_seconds(wait))))
     return tuple(headers)
+
+
+def _whole_seconds(seconds: float) -> int:
+    """Rounded up: a client told to retry after this many seconds is never early."""
+    whole = int(seconds)
+    return whole if whole == seconds else whole + 1
 
 
 def _sf_string(text: str) -> str:

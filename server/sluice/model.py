@@ -71,25 +71,33 @@ class Code(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    """A limit as reported to clients: ``requests_per_unit`` per ``unit``, optionally named."""
+    """One limit: ``requests_per_unit`` per ``unit``, counted by ``algorithm``.
+
+    ``name`` is the rule's name, echoed to clients in ``current_limit.name``. ``burst`` is the
+    capacity of token_bucket, leaky_bucket and gcra (None: ``requests_per_unit``).
+    """
 
     requests_per_unit: int
     unit: Unit
     name: str = ""
+    algorithm: str = "fixed_window"
+    burst: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One node of a domain's descriptor tree, as written in the YAML format.
 
-    ``value`` is None for a key-only rule; a value containing ``*`` is a wildcard.
-    ``limit`` is None for a placeholder (children only) or whitelisting node.
+    ``value`` is None for a key-only rule; a value containing ``*`` is a wildcard. ``limits``
+    is empty for a placeholder (children only), a whitelisting node or an unlimited rule; a
+    hit is admitted only if every limit admits it.
     """
 
     key: str
     value: str | None = None
-    limit: RateLimit | None = None
+    limits: tuple[RateLimit, ...] = ()
     unlimited: bool = False
+    name: str = ""
     shadow_mode: bool = False
     replaces: tuple[str, ...] = ()
     detailed_metric: bool = False
@@ -97,6 +105,10 @@ class Rule:
     descriptors: tuple[Rule, ...] = ()
     # Where the rule starts in its source file (0 when not from a file); not part of its identity.
     line: int = field(default=0, compare=False)
+
+    @property
+    def applies_limit(self) -> bool:
+        return bool(self.limits) or self.unlimited
 
     @property
     def is_wildcard(self) -> bool:
@@ -140,7 +152,9 @@ class DescriptorStatus:
     code: Code
     current_limit: RateLimit | None = None
     limit_remaining: int = 0
-    duration_until_reset_s: int = 0
+    duration_until_reset_s: float = 0
+    delay_s: float = 0.0  # leaky_bucket: how long the admitted request should wait its turn
+    reason: str = ""  # why a request can never be admitted, when that is the case
 
 
 @dataclass(frozen=True, slots=True)

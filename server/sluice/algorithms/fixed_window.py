@@ -1,16 +1,17 @@
 """Fixed window, exactly as envoyproxy/ratelimit counts.
 
-Windows are aligned to the Unix epoch on whole seconds, and every hit is counted, rejected
+Windows are aligned to the Unix epoch on whole seconds, and every hit is counted, refused
 ones included (Redis ``INCRBY`` semantics), so a client that keeps hammering stays limited.
+``reset_s`` is the rest of the window in whole seconds, as envoyproxy/ratelimit reports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.algorithms import Outcome
+from sluice.algorithms import Limit, Outcome
 
-__all__ = ["WindowState", "step"]
+__all__ = ["WindowState", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,17 +19,20 @@ class WindowState:
     window_start_s: int
     count: int
 
-    def expires_at_s(self, window_s: int) -> int:
-        return self.window_start_s + window_s
-
 
 def step(
-    state: WindowState | None, limit: int, window_s: int, now: float, cost: int
+    state: WindowState | None, limit: Limit, now: float, cost: int
 ) -> tuple[WindowState, Outcome]:
     now_s = int(now)
-    start = now_s - now_s % window_s
+    period = limit.period_s
+    start = now_s - now_s % period
     count = state.count if state is not None and state.window_start_s == start else 0
     count += cost
-    allowed = count <= limit
-    reset_s = start + window_s - now_s
-    return WindowState(start, count), Outcome(allowed, limit - count if allowed else 0, reset_s)
+    allowed = count <= limit.requests_per_unit
+    remaining = limit.requests_per_unit - count if allowed else 0
+    fits = cost <= limit.requests_per_unit
+    return WindowState(start, count), Outcome(allowed, remaining, start + period - now_s, fits=fits)
+
+
+def expires_at(state: WindowState, limit: Limit) -> float:
+    return state.window_start_s + limit.period_s

@@ -1,5 +1,5 @@
-"""Where algorithm state lives. The seam is batch-shaped: one call per request, all hits in it,
-so a remote backend can answer in one round trip."""
+"""Where algorithm state lives. The seam is batch-shaped: one call per request (or per batch
+of requests), all hits in it, so a remote backend can answer in one round trip."""
 
 from __future__ import annotations
 
@@ -7,24 +7,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.algorithms import Outcome
+from sluice.algorithms import Limit, Outcome
 
 __all__ = ["Backend", "Hit"]
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """``cost`` hits on the counter ``counter_key``, limited to ``limit`` per ``window_s``."""
+    """``cost`` hits on the counter ``counter_key``, which every limit in ``limits`` bounds.
+
+    The hit is admitted only if every limit admits it; when one refuses, no limit's state
+    changes, except fixed windows, which count every hit.
+    """
 
     counter_key: tuple[str, ...]
-    limit: int
-    window_s: int
+    limits: tuple[Limit, ...]
     cost: int
 
 
 class Backend(Protocol):
-    async def apply(self, hits: Sequence[Hit], now: float) -> list[Outcome]:
-        """Apply every hit of one request, in order, and return one outcome per hit."""
+    async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
+        """Apply every hit, in order; one outcome per limit of each hit.
+
+        Raises BackendUnavailableError when the state cannot be reached.
+        """
         ...
 
     async def close(self) -> None: ...

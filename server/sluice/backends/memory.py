@@ -1,21 +1,25 @@
 """In-process state: the embedded default for a single instance.
 
-Memory stays bounded two ways: state whose window has ended is dropped by a sweep that only
-looks at keys due to expire (bucketed by expiry second, so it never scans every key), and a
-hard cap on keys evicts the least recently used one, counted in ``evictions``.
+Memory stays bounded two ways: state that has expired is dropped by a sweep that only looks
+at keys due to expire (bucketed by expiry second, so it never scans every key), and a hard
+cap on keys evicts the least recently used one, counted in ``evictions``.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
-from sluice.algorithms import Outcome, fixed_window
-from sluice.algorithms.fixed_window import WindowState
+from sluice.algorithms import Outcome
+from sluice.algorithms.registry import MODULES
 from sluice.backends import Hit
 
 __all__ = ["MemoryBackend"]
+
+_StateKey = tuple[Any, ...]  # counter key + (algorithm, period_s)
 
 
 class MemoryBackend:
@@ -24,39 +28,57 @@ class MemoryBackend:
             raise ValueError("max_keys must be at least 1")
         self.max_keys = max_keys
         self.evictions = 0
-        self._states: OrderedDict[tuple[str, ...], tuple[WindowState, int]] = OrderedDict()
-        self._due: dict[int, list[tuple[str, ...]]] = {}  # expiry second -> keys that may expire
+        self._states: OrderedDict[_StateKey, tuple[Any, int]] = OrderedDict()
+        self._due: dict[int, list[_StateKey]] = {}  # expiry second -> keys that may expire
         self._due_heap: list[int] = []
         self._due_size = 0
 
     def __len__(self) -> int:
         return len(self._states)
 
-    async def apply(self, hits: Sequence[Hit], now: float) -> list[Outcome]:
-        self._expire(int(now))
-        outcomes = []
-        states = self._states
-        for hit in hits:
-            entry = states.get(hit.counter_key)
-            old = entry[0] if entry is not None else None
-            state, outcome = fixed_window.step(old, hit.limit, hit.window_s, now, hit.cost)
-            expires_at = state.expires_at_s(hit.window_s)
-            if entry is None or entry[1] != expires_at:
-                self._schedule(hit.counter_key, expires_at)
-            states[hit.counter_key] = (state, expires_at)
-            states.move_to_end(hit.counter_key)
-            if len(states) > self.max_keys:
-                states.popitem(last=False)
-                self.evictions += 1
-            outcomes.append(outcome)
-        return outcomes
+    async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
+        return self.apply_now(hits, now)
+
+    def apply_now(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
+        """The same as ``apply``, synchronously (no I/O happens here)."""
+        self._expire(now)
+        return [self._apply_one(hit, now) for hit in hits]
 
     async def close(self) -> None:
         self._states.clear()
         self._due.clear()
         self._due_heap.clear()
+        self._due_size = 0
 
-    def _schedule(self, key: tuple[str, ...], expires_at: int) -> None:
+    def _apply_one(self, hit: Hit, now: float) -> tuple[Outcome, ...]:
+        states = self._states
+        keys = [(*hit.counter_key, limit.algorithm, limit.period_s) for limit in hit.limits]
+        stepped = []
+        for key, limit in zip(keys, hit.limits, strict=True):
+            entry = states.get(key)
+            old = entry[0] if entry is not None else None
+            new, outcome = MODULES[limit.algorithm].step(old, limit, now, hit.cost)
+            stepped.append((key, limit, entry, old, new, outcome))
+        admitted = all(outcome.allowed for *_, outcome in stepped)
+        for key, limit, entry, old, new, _ in stepped:
+            # A refused hit changes nothing, except that fixed windows count every hit.
+            if new is not old and (admitted or limit.algorithm == "fixed_window"):
+                self._store(key, entry, new, MODULES[limit.algorithm].expires_at(new, limit))
+            elif entry is not None:
+                states.move_to_end(key)
+        return tuple(outcome for *_, outcome in stepped)
+
+    def _store(self, key: _StateKey, entry: tuple[Any, int] | None, state: Any, at: float) -> None:
+        expires_at = math.ceil(at)
+        if entry is None or entry[1] != expires_at:
+            self._schedule(key, expires_at)
+        self._states[key] = (state, expires_at)
+        self._states.move_to_end(key)
+        if len(self._states) > self.max_keys:
+            self._states.popitem(last=False)
+            self.evictions += 1
+
+    def _schedule(self, key: _StateKey, expires_at: int) -> None:
         bucket = self._due.get(expires_at)
         if bucket is None:
             bucket = self._due[expires_at] = []
@@ -76,14 +98,14 @@ class MemoryBackend:
         heapq.heapify(self._due_heap)
         self._due_size = len(self._states)
 
-    def _expire(self, now_s: int) -> None:
+    def _expire(self, now: float) -> None:
         heap = self._due_heap
-        while heap and heap[0] <= now_s:
+        while heap and heap[0] <= now:
             second = heapq.heappop(heap)
             keys = self._due.pop(second)
             self._due_size -= len(keys)
             for key in keys:
                 entry = self._states.get(key)
-                # The key may have moved on to a later window since it was scheduled here.
-                if entry is not None and entry[1] <= now_s:
+                # The key may have been renewed with a later expiry since it was scheduled.
+                if entry is not None and entry[1] <= now:
                     del self._states[key]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from google.protobuf import json_format
 
 from sluice._proto.envoy.config.core.v3 import base_pb2
@@ -51,12 +53,33 @@ def decision_to_proto(decision: Decision) -> rls_pb2.RateLimitResponse:
             out.current_limit.unit = int(limit.unit)
             if limit.name:
                 out.current_limit.name = limit.name
-            out.duration_until_reset.seconds = status.duration_until_reset_s
+            seconds, nanos = _duration(status.duration_until_reset_s)
+            out.duration_until_reset.seconds = seconds
+            out.duration_until_reset.nanos = nanos
+    _add_sluice_metadata(response, decision)
     for header in decision.response_headers:
         response.response_headers_to_add.append(
             base_pb2.HeaderValue(key=header.key, value=header.value)
         )
     return response
+
+
+def _duration(seconds: float) -> tuple[int, int]:
+    """Seconds as (seconds, nanos), rounded up to the microsecond: a wait is never early."""
+    micros = math.ceil(round(seconds * 1_000_000, 3))
+    return micros // 1_000_000, (micros % 1_000_000) * 1000
+
+
+def _add_sluice_metadata(response: rls_pb2.RateLimitResponse, decision: Decision) -> None:
+    """What Envoy's API has no field for, per descriptor: how long a leaky-bucket request
+    should wait its turn, and why a request can never be admitted. Envoy ignores it; the
+    Sluice clients read it. Absent when there is nothing to say (the common case)."""
+    delays = [s.delay_s for s in decision.statuses]
+    reasons = [s.reason for s in decision.statuses]
+    if any(delays):
+        response.dynamic_metadata["sluice_delay_s"] = delays
+    if any(reasons):
+        response.dynamic_metadata["sluice_reasons"] = reasons
 
 
 def request_from_json(body: bytes) -> RateLimitRequest:

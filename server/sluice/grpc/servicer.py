@@ -7,7 +7,7 @@ import logging
 import grpc
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from sluice.errors import InvalidRequestError
+from sluice.errors import BackendUnavailableError, InvalidRequestError
 from sluice.grpc.convert import decision_to_proto, request_from_proto
 from sluice.limiter import RateLimiter
 
@@ -27,6 +27,10 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
             decision = await self._limiter.should_rate_limit(request_from_proto(request))
         except InvalidRequestError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except BackendUnavailableError as exc:
+            # The failure mode is "error": let the caller's own policy (Envoy's
+            # failure_mode_deny) decide, rather than guessing for it.
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except Exception:
             # Envoy fails open on any RLS error; log it loudly so it is not silent here too.
             log.exception("ShouldRateLimit failed for domain %r", request.domain)

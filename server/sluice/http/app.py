@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from sluice.errors import InvalidRequestError
+from sluice.errors import BackendUnavailableError, InvalidRequestError
 from sluice.grpc.convert import decision_to_json, request_from_json
 from sluice.limiter import RateLimiter
 from sluice.model import Code
@@ -36,6 +36,8 @@ def make_app(
             decision = await limiter.should_rate_limit(request_from_json(body))
         except InvalidRequestError as exc:
             return _error(400, str(exc))
+        except BackendUnavailableError as exc:
+            return _error(503, str(exc))
         text = decision_to_json(decision)
         status = 429 if decision.overall_code is Code.OVER_LIMIT else 200
         return web.Response(status=status, text=text, content_type="application/json")

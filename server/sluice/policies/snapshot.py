@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.model import DomainPolicy, Rule
+from sluice.algorithms import Limit
+from sluice.model import DomainPolicy, RateLimit, Rule
 
 __all__ = ["Match", "Snapshot"]
 
@@ -24,13 +25,21 @@ class Match:
     # (domain, key1, value1, key2, value2, ...); a share_threshold wildcard puts its pattern in
     # place of the concrete value, so every value it matches shares one counter.
     counter_key: tuple[str, ...]
+    limits: tuple[Limit, ...]  # the rule's limits as the algorithms take them
+
+
+def algorithm_limit(limit: RateLimit) -> Limit:
+    burst = limit.burst if limit.burst is not None else limit.requests_per_unit
+    return Limit(limit.requests_per_unit, limit.unit.seconds, limit.algorithm, burst)
 
 
 class _Node:
-    __slots__ = ("rule", "exact", "wildcards", "key_only")
+    __slots__ = ("rule", "limits", "exact", "wildcards", "key_only")
 
     def __init__(self, rule: Rule | None, children: Iterable[Rule]) -> None:
         self.rule = rule
+        # Built once here so the request path never constructs them.
+        self.limits = tuple(algorithm_limit(x) for x in rule.limits) if rule is not None else ()
         self.exact: dict[tuple[str, str], _Node] = {}
         self.wildcards: dict[str, list[tuple[re.Pattern[str], _Node]]] = {}
         self.key_only: dict[str, _Node] = {}
@@ -88,9 +97,9 @@ class Snapshot:
             shared = rule.share_threshold and rule.value is not None
             counter_key += (key, rule.value if shared else value)
             if i == last:
-                if rule.limit is None:
+                if not rule.applies_limit:
                     return None  # a node with neither limit nor matching depth whitelists
-                return Match(rule, tuple(counter_key))
+                return Match(rule, tuple(counter_key), node.limits)
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None

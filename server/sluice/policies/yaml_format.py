@@ -14,10 +14,15 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from sluice.algorithms import ALGORITHMS
 from sluice.errors import ConfigError
 from sluice.model import DomainPolicy, RateLimit, Rule, Unit
 
-__all__ = ["dump_policies", "dump_policy", "load_path", "load_text"]
+__all__ = ["DEFAULT_MAX_LOG_LIMIT", "dump_policies", "dump_policy", "load_path", "load_text"]
+
+# sliding_window_log keeps one entry per admitted request; this caps its memory per key.
+DEFAULT_MAX_LOG_LIMIT = 10_000
+_BURST_ALGORITHMS = ("token_bucket", "leaky_bucket", "gcra")
 
 _ROOT_KEYS = ("domain", "descriptors")
 _RULE_KEYS = (
@@ -29,14 +34,26 @@ _RULE_KEYS = (
     "detailed_metric",
     "share_threshold",
 )
-_LIMIT_KEYS = ("name", "replaces", "unit", "requests_per_unit", "unlimited")
+_LIMIT_KEYS = (
+    "name",
+    "replaces",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "algorithm",
+    "burst",
+    "limits",
+)
+_ONE_LIMIT_KEYS = ("unit", "requests_per_unit", "algorithm", "burst")
 _REPLACES_KEYS = ("name",)
 _MAX_REQUESTS_PER_UNIT = 2**32 - 1  # a uint32 on the wire
 
 _constructor = yaml.constructor.SafeConstructor()
 
 
-def load_path(path: str | Path) -> list[DomainPolicy]:
+def load_path(
+    path: str | Path, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
+) -> list[DomainPolicy]:
     """Load a YAML file, or every ``*.yaml``/``*.yml`` file below a directory (sorted)."""
     root = Path(path)
     if root.is_dir():
@@ -47,21 +64,27 @@ def load_path(path: str | Path) -> list[DomainPolicy]:
         files = [root]
     else:
         raise ConfigError([f"{root}: no such file or directory"])
-    return load_sources((str(f), f.read_text(encoding="utf-8")) for f in files)
+    return load_sources(
+        ((str(f), f.read_text(encoding="utf-8")) for f in files), max_log_limit=max_log_limit
+    )
 
 
-def load_text(text: str, source: str = "<string>") -> list[DomainPolicy]:
+def load_text(
+    text: str, source: str = "<string>", *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
+) -> list[DomainPolicy]:
     """Load every policy document (one per YAML document) in ``text``."""
-    return load_sources([(source, text)])
+    return load_sources([(source, text)], max_log_limit=max_log_limit)
 
 
-def load_sources(sources: Iterable[tuple[str, str]]) -> list[DomainPolicy]:
+def load_sources(
+    sources: Iterable[tuple[str, str]], *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
+) -> list[DomainPolicy]:
     """Load several (source name, text) pairs as one set: a domain may appear only once."""
     problems: list[str] = []
     policies: list[DomainPolicy] = []
     seen: dict[str, str] = {}
     for source, text in sources:
-        for policy, where in _Loader(source, problems).documents(text):
+        for policy, where in _Loader(source, problems, max_log_limit).documents(text):
             if policy.domain in seen:
                 problems.append(
                     f"{where}: duplicate domain '{policy.domain}' "
@@ -78,9 +101,10 @@ def load_sources(sources: Iterable[tuple[str, str]]) -> list[DomainPolicy]:
 class _Loader:
     """Walks composed YAML nodes, so every problem can name the line it comes from."""
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    def __init__(self, source: str, problems: list[str], max_log_limit: int) -> None:
         self.source = source
         self.problems = problems
+        self.max_log_limit = max_log_limit
 
     def error(self, node: Node, reason: str) -> None:
         self.problems.append(f"{self.source}:{node.start_mark.line + 1}: {reason}")
@@ -186,9 +210,10 @@ class _Loader:
             return None
         value = self.string(fields.get("value"), "value") or None
         final_key = key if value is None else f"{key}_{value}"
-        limit, unlimited, replaces = None, False, ()
+        limits: tuple[RateLimit, ...] = ()
+        unlimited, name, replaces = False, "", ()
         if "rate_limit" in fields:
-            limit, unlimited, replaces = self.rate_limit(fields["rate_limit"])
+            limits, unlimited, name, replaces = self.rate_limit(fields["rate_limit"])
         share_threshold = self.boolean(fields.get("share_threshold"), "share_threshold")
         if share_threshold and (value is None or "*" not in value):
             self.error(
@@ -198,8 +223,9 @@ class _Loader:
         return Rule(
             key=key,
             value=value,
-            limit=limit,
+            limits=limits,
             unlimited=unlimited,
+            name=name,
             shadow_mode=self.boolean(fields.get("shadow_mode"), "shadow_mode"),
             replaces=replaces,
             detailed_metric=self.boolean(fields.get("detailed_metric"), "detailed_metric"),
@@ -208,27 +234,96 @@ class _Loader:
             line=node.start_mark.line + 1,
         )
 
-    def rate_limit(self, node: Node) -> tuple[RateLimit | None, bool, tuple[str, ...]]:
+    def rate_limit(self, node: Node) -> tuple[tuple[RateLimit, ...], bool, str, tuple[str, ...]]:
+        """(limits, unlimited, name, replaces) of a ``rate_limit`` block."""
         fields = self.mapping(node, _LIMIT_KEYS, "rate_limit")
         if fields is None:
-            return None, False, ()
+            return (), False, "", ()
         name = self.string(fields.get("name"), "name") or ""
         unlimited = self.boolean(fields.get("unlimited"), "unlimited")
         replaces = self.replaces(fields.get("replaces"), name)
+        if unlimited:
+            if Unit.parse(self.string(fields.get("unit"), "unit") or "") is not None:
+                self.error(fields["unit"], "should not specify rate limit unit when unlimited")
+            for extra in ("algorithm", "burst", "limits"):
+                if extra in fields:
+                    self.error(fields[extra], f"'{extra}' has no meaning when unlimited")
+            # An unlimited rule counts nothing, so its requests_per_unit is checked, then dropped.
+            self.requests_per_unit(fields.get("requests_per_unit"), required=False)
+            return (), True, name, replaces
+        if "limits" not in fields:
+            limit = self.one_limit(node, fields, name)
+            return ((limit,) if limit is not None else ()), False, name, replaces
+        for single in _ONE_LIMIT_KEYS:
+            if single in fields:
+                self.error(
+                    fields[single],
+                    f"'{single}' belongs inside each entry of 'limits' when 'limits' is given",
+                )
+        return self.limit_list(fields["limits"], name), False, name, replaces
+
+    def limit_list(self, node: Node, name: str) -> tuple[RateLimit, ...]:
+        if not isinstance(node, SequenceNode) or not node.value:
+            self.error(node, "'limits' must be a non-empty list of limits")
+            return ()
+        limits: list[RateLimit] = []
+        seen: dict[tuple[str, Unit], int] = {}
+        for item in node.value:
+            fields = self.mapping(item, _ONE_LIMIT_KEYS, "a limits entry")
+            limit = self.one_limit(item, fields, name) if fields is not None else None
+            if limit is None:
+                continue
+            identity = (limit.algorithm, limit.unit)
+            if identity in seen:
+                self.error(
+                    item,
+                    f"two limits with algorithm {limit.algorithm} per {limit.unit.name.lower()} "
+                    f"(the other is on line {seen[identity]}): they would share one counter",
+                )
+                continue
+            seen[identity] = item.start_mark.line + 1
+            limits.append(limit)
+        return tuple(limits)
+
+    def one_limit(self, node: Node, fields: dict[str, Node], name: str) -> RateLimit | None:
         unit_text = self.string(fields.get("unit"), "unit")
         unit = Unit.parse(unit_text) if unit_text else None
-        if unlimited:
-            if unit is not None:
-                self.error(fields["unit"], "should not specify rate limit unit when unlimited")
-            self.requests_per_unit(fields.get("requests_per_unit"), required=False)
-            # An unlimited rule counts nothing, so its requests_per_unit is checked, then dropped.
-            return RateLimit(0, Unit.UNKNOWN, name), True, replaces
         if unit is None:
             self.error(fields.get("unit", node), f"invalid rate limit unit '{unit_text or ''}'")
         requests = self.requests_per_unit(fields.get("requests_per_unit"), required=True, at=node)
+        algorithm = self.string(fields.get("algorithm"), "algorithm") or "fixed_window"
+        if algorithm not in ALGORITHMS:
+            self.error(
+                fields["algorithm"],
+                f"unknown algorithm '{algorithm}' (one of: {', '.join(ALGORITHMS)})",
+            )
+            return None
+        burst = self.burst(fields.get("burst"), algorithm)
+        if algorithm == "sliding_window_log" and requests > self.max_log_limit:
+            self.error(
+                fields["requests_per_unit"],
+                f"sliding_window_log keeps one entry per request, so its requests_per_unit is "
+                f"capped at {self.max_log_limit}; use sliding_window_counter for larger limits",
+            )
+            return None
         if unit is None:
-            return None, False, replaces
-        return RateLimit(requests, unit, name), False, replaces
+            return None
+        return RateLimit(requests, unit, name, algorithm, burst)
+
+    def burst(self, node: Node | None, algorithm: str) -> int | None:
+        if node is None or _is_null(node):
+            return None
+        if algorithm not in _BURST_ALGORITHMS:
+            self.error(
+                node,
+                f"'burst' applies only to token_bucket, leaky_bucket and gcra, not {algorithm}",
+            )
+            return None
+        value = _scalar(node)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**32 - 1:
+            self.error(node, "'burst' must be a whole number from 1 to 4294967295")
+            return None
+        return value
 
     def requests_per_unit(
         self, node: Node | None, *, required: bool, at: Node | None = None
@@ -282,7 +377,7 @@ def _walk(rules: Iterable[Rule]) -> Iterator[Rule]:
 
 
 def _limit_names(rules: Iterable[Rule]) -> set[str]:
-    return {rule.limit.name for rule in _walk(rules) if rule.limit is not None and rule.limit.name}
+    return {rule.name for rule in _walk(rules) if rule.name and rule.applies_limit}
 
 
 def dump_policy(policy: DomainPolicy) -> str:
@@ -303,21 +398,34 @@ def _rule_document(rule: Rule) -> dict[str, Any]:
     doc: dict[str, Any] = {"key": rule.key}
     if rule.value is not None:
         doc["value"] = rule.value
-    if rule.limit is not None:
-        limit: dict[str, Any] = {}
-        if rule.limit.name:
-            limit["name"] = rule.limit.name
+    if rule.applies_limit:
+        block: dict[str, Any] = {}
+        if rule.name:
+            block["name"] = rule.name
         if rule.replaces:
-            limit["replaces"] = [{"name": name} for name in rule.replaces]
+            block["replaces"] = [{"name": name} for name in rule.replaces]
         if rule.unlimited:
-            limit["unlimited"] = True
+            block["unlimited"] = True
+        elif len(rule.limits) == 1:
+            block.update(_limit_document(rule.limits[0]))
         else:
-            limit["unit"] = rule.limit.unit.name.lower()
-            limit["requests_per_unit"] = rule.limit.requests_per_unit
-        doc["rate_limit"] = limit
+            block["limits"] = [_limit_document(limit) for limit in rule.limits]
+        doc["rate_limit"] = block
     for flag in ("shadow_mode", "detailed_metric", "share_threshold"):
         if getattr(rule, flag):
             doc[flag] = True
     if rule.descriptors:
         doc["descriptors"] = [_rule_document(child) for child in rule.descriptors]
+    return doc
+
+
+def _limit_document(limit: RateLimit) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "unit": limit.unit.name.lower(),
+        "requests_per_unit": limit.requests_per_unit,
+    }
+    if limit.algorithm != "fixed_window":
+        doc["algorithm"] = limit.algorithm
+    if limit.burst is not None:
+        doc["burst"] = limit.burst
     return doc

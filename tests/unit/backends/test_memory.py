@@ -6,23 +6,28 @@ import asyncio
 
 import pytest
 
+from sluice.algorithms import Limit
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 
 
 def apply(backend: MemoryBackend, hits: list[Hit], now: float) -> list[tuple[bool, int]]:
-    return [(o.allowed, o.remaining) for o in asyncio.run(backend.apply(hits, now))]
+    return [(o.allowed, o.remaining) for (o,) in asyncio.run(backend.apply(hits, now))]
+
+
+def hit(key: tuple[str, ...], limit: int, window_s: int, cost: int) -> Hit:
+    return Hit(key, (Limit(limit, window_s),), cost)
 
 
 def test_hits_of_one_request_apply_in_order_to_shared_counters() -> None:
     backend = MemoryBackend()
-    hit = Hit(("d", "k", "v"), limit=2, window_s=60, cost=1)
-    assert apply(backend, [hit, hit, hit], 0.0) == [(True, 1), (True, 0), (False, 0)]
+    one = hit(("d", "k", "v"), 2, 60, 1)
+    assert apply(backend, [one, one, one], 0.0) == [(True, 1), (True, 0), (False, 0)]
 
 
 def test_ended_windows_are_evicted() -> None:
     backend = MemoryBackend()
-    apply(backend, [Hit(("a",), 5, 1, 1), Hit(("b",), 5, 60, 1)], 100.0)
+    apply(backend, [hit(("a",), 5, 1, 1), hit(("b",), 5, 60, 1)], 100.0)
     assert len(backend) == 2
     apply(backend, [], 101.0)  # the 1 s window of "a" ended at 101
     assert len(backend) == 1
@@ -32,16 +37,16 @@ def test_ended_windows_are_evicted() -> None:
 
 def test_a_renewed_key_is_not_evicted_by_its_old_expiry() -> None:
     backend = MemoryBackend()
-    hit = Hit(("a",), 5, 1, 1)
-    apply(backend, [hit], 100.0)
-    apply(backend, [hit], 101.0)  # new window [101, 102); the old expiry bucket is due now
+    one = hit(("a",), 5, 1, 1)
+    apply(backend, [one], 100.0)
+    apply(backend, [one], 101.0)  # new window [101, 102); the old expiry bucket is due now
     assert len(backend) == 1
-    assert apply(backend, [hit], 101.5) == [(True, 3)]
+    assert apply(backend, [one], 101.5) == [(True, 3)]
 
 
 def test_the_key_cap_evicts_the_least_recently_used() -> None:
     backend = MemoryBackend(max_keys=2)
-    a, b, c = (Hit((name,), 10, 3600, 1) for name in "abc")
+    a, b, c = (hit((name,), 10, 3600, 1) for name in "abc")
     apply(backend, [a, b, a, c], 0.0)  # b is least recently used when c arrives
     assert len(backend) == 2 and backend.evictions == 1
     assert apply(backend, [a, b], 1.0) == [(True, 7), (True, 9)]
@@ -50,7 +55,7 @@ def test_the_key_cap_evicts_the_least_recently_used() -> None:
 def test_bookkeeping_stays_bounded_under_key_churn() -> None:
     backend = MemoryBackend(max_keys=10)
     for i in range(5000):
-        apply(backend, [Hit((str(i),), 10, 86400, 1)], 0.0)
+        apply(backend, [hit((str(i),), 10, 86400, 1)], 0.0)
     assert len(backend) == 10
     assert backend._due_size <= 2 * 10 + 1024  # noqa: SLF001 (the bound is the point)
 
@@ -58,3 +63,15 @@ def test_bookkeeping_stays_bounded_under_key_churn() -> None:
 def test_max_keys_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_keys must be at least 1"):
         MemoryBackend(max_keys=0)
+
+
+def test_fixed_windows_count_a_hit_another_limit_refused() -> None:
+    backend = MemoryBackend()
+    per_minute, per_second = Limit(10, 60), Limit(1, 1)
+    both = Hit(("k",), (per_minute, per_second), 1)
+    [(m1, s1)] = asyncio.run(backend.apply([both], 0.0))
+    [(m2, s2)] = asyncio.run(backend.apply([both], 0.5))
+    assert (m1.allowed, s1.allowed, m2.allowed, s2.allowed) == (True, True, True, False)
+    # Refused, yet counted: fixed windows count every hit, as envoyproxy/ratelimit does.
+    check = Hit(("k",), (per_minute,), 0)
+    assert asyncio.run(backend.apply([check], 0.9))[0][0].remaining == 8

@@ -12,6 +12,12 @@ from sluice.model import DomainPolicy, RateLimit, Rule, Unit
 from sluice.policies.yaml_format import dump_policies, load_path, load_text
 
 
+LIMIT = (
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+    "      requests_per_unit: 1\n"
+)
+
+
 def load(text: str) -> list[DomainPolicy]:
     return load_text(textwrap.dedent(text), "t.yaml")
 
@@ -48,23 +54,51 @@ def test_loads_the_full_format() -> None:
               requests_per_unit: 1
         """
     )
-    inner = Rule("inner", None, RateLimit(0, Unit.UNKNOWN), unlimited=True)
+    inner = Rule("inner", None, unlimited=True)
     assert policy == DomainPolicy(
         "d",
         (
             Rule(
                 "k",
                 "v*",
-                RateLimit(5, Unit.MINUTE, "n"),
+                (RateLimit(5, Unit.MINUTE, "n"),),
+                name="n",
                 shadow_mode=True,
                 detailed_metric=True,
                 share_threshold=True,
                 descriptors=(inner,),
             ),
-            Rule("other", None, RateLimit(1, Unit.SECOND), replaces=("n",)),
+            Rule("other", None, (RateLimit(1, Unit.SECOND),), replaces=("n",)),
         ),
     )
     assert [r.line for r in policy.descriptors] == [4, 17]
+
+
+def test_algorithms_bursts_and_several_limits() -> None:
+    [policy] = load(
+        """
+        domain: d
+        descriptors:
+          - key: login
+            rate_limit:
+              unit: minute
+              requests_per_unit: 3
+              algorithm: gcra
+          - key: api
+            rate_limit:
+              name: api
+              limits:
+                - {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}
+                - {unit: day, requests_per_unit: 1000}
+        """
+    )
+    login, api = policy.descriptors
+    assert login.limits == (RateLimit(3, Unit.MINUTE, "", "gcra"),)
+    assert api.limits == (
+        RateLimit(10, Unit.SECOND, "api", "token_bucket", 20),
+        RateLimit(1000, Unit.DAY, "api"),
+    )
+    assert load_text(dump_policies([policy]), "again") == [policy]
 
 
 def test_numbers_and_booleans_as_values_keep_their_text() -> None:
@@ -90,7 +124,7 @@ def test_every_unit_is_accepted() -> None:
                 rate_limit: {{unit: {unit}, requests_per_unit: 1}}
             """
         )
-        assert policy.descriptors[0].limit == RateLimit(1, Unit[unit.upper()])
+        assert policy.descriptors[0].limits == (RateLimit(1, Unit[unit.upper()]),)
 
 
 def test_several_documents_and_empty_ones() -> None:
@@ -129,8 +163,8 @@ def test_several_documents_and_empty_ones() -> None:
         ),
         pytest.param(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
-            "      requests_per_unit: 1\n      burst: 3\n",
-            ["t.yaml:7: unknown key 'burst' in rate_limit"],
+            "      requests_per_unit: 1\n      colour: red\n",
+            ["t.yaml:7: unknown key 'colour' in rate_limit"],
             id="unknown-rate-limit-key",
         ),
         pytest.param(
@@ -255,6 +289,64 @@ def test_several_documents_and_empty_ones() -> None:
             "      unit: minute\n      requests_per_unit: 1\n",
             ["t.yaml:6: duplicate key 'unit' in rate_limit"],
             id="duplicate-key",
+        ),
+        pytest.param(
+            LIMIT + "      algorithm: quantum\n",
+            [
+                "t.yaml:7: unknown algorithm 'quantum' (one of: fixed_window, sliding_window_log, "
+                "sliding_window_counter, token_bucket, leaky_bucket, gcra)"
+            ],
+            id="unknown-algorithm",
+        ),
+        pytest.param(
+            LIMIT + "      burst: 3\n",
+            [
+                "t.yaml:7: 'burst' applies only to token_bucket, leaky_bucket and gcra, not "
+                "fixed_window"
+            ],
+            id="burst-on-fixed-window",
+        ),
+        pytest.param(
+            LIMIT + "      algorithm: gcra\n      burst: 0\n",
+            ["t.yaml:8: 'burst' must be a whole number from 1 to 4294967295"],
+            id="burst-zero",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      requests_per_unit: 10001\n      algorithm: sliding_window_log\n",
+            [
+                "t.yaml:6: sliding_window_log keeps one entry per request, so its "
+                "requests_per_unit is capped at 10000; use sliding_window_counter for larger "
+                "limits"
+            ],
+            id="sliding-log-over-cap",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+            "      limits:\n        - {unit: day, requests_per_unit: 1}\n",
+            ["t.yaml:5: 'unit' belongs inside each entry of 'limits' when 'limits' is given"],
+            id="limits-and-unit",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits: []\n",
+            ["t.yaml:5: 'limits' must be a non-empty list of limits"],
+            id="limits-empty",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      limits:\n"
+            "        - {unit: day, requests_per_unit: 1}\n"
+            "        - {unit: day, requests_per_unit: 2}\n",
+            [
+                "t.yaml:7: two limits with algorithm fixed_window per day (the other is on "
+                "line 6): they would share one counter"
+            ],
+            id="limits-duplicate",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n"
+            "      algorithm: gcra\n",
+            ["t.yaml:6: 'algorithm' has no meaning when unlimited"],
+            id="unlimited-with-algorithm",
         ),
     ],
 )
