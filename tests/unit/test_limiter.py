@@ -9,7 +9,7 @@ import pytest
 
 from sluice.backends.memory import MemoryBackend
 from sluice.clock import ManualClock
-from sluice.errors import InvalidRequestError
+from sluice.errors import BackendUnavailableError, InvalidRequestError
 from sluice.limiter import UNLIMITED_REMAINING, LimiterSettings, RateLimiter
 from sluice.model import (
     Code,
@@ -246,3 +246,96 @@ def test_an_unlimited_rule_still_replaces() -> None:
         DescriptorStatus(Code.OK),
         DescriptorStatus(Code.OK, None, UNLIMITED_REMAINING, 0),
     )
+
+
+class UnavailableBackend:
+    """A backend whose state store is down: what the failure modes are about."""
+
+    async def apply(self, hits, now):  # noqa: ANN001, ANN201
+        raise BackendUnavailableError("redis: connection refused")
+
+    async def close(self) -> None:
+        pass
+
+
+def failing(mode: str) -> RateLimiter:
+    snapshot = Snapshot(load_text(POLICY, "t.yaml"))
+    return RateLimiter(
+        lambda: snapshot,
+        UnavailableBackend(),
+        ManualClock(START),
+        LimiterSettings(failure_mode=mode),
+    )
+
+
+def test_failure_mode_allow_answers_ok_without_a_limit() -> None:
+    decision = ask(failing("allow"), d(("user", "a")), d(("free", "x")))
+    assert decision.overall_code is Code.OK
+    assert decision.statuses[0] == DescriptorStatus(Code.OK)
+    assert decision.statuses[1].limit_remaining == UNLIMITED_REMAINING
+
+
+def test_failure_mode_deny_refuses_limited_descriptors_only() -> None:
+    decision = ask(failing("deny"), d(("user", "a")), d(("nothing", "x")), d(("shadow", "x")))
+    assert [s.code for s in decision.statuses] == [Code.OVER_LIMIT, Code.OK, Code.OK]
+    assert decision.statuses[0].current_limit == PER_MINUTE_3
+    assert decision.statuses[0].reason == "rate-limit state unavailable"
+
+
+def test_failure_mode_error_raises_and_needs_no_backend_when_nothing_applies() -> None:
+    with pytest.raises(BackendUnavailableError):
+        ask(failing("error"), d(("user", "a")))
+    assert ask(failing("error"), d(("nothing", "x"))).overall_code is Code.OK
+
+
+def test_unknown_failure_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="failure_mode must be one of"):
+        failing("shrug")
+
+
+MULTI = textwrap.dedent(
+    """
+    domain: m
+    descriptors:
+      - key: api
+        rate_limit:
+          name: api
+          limits:
+            - {unit: second, requests_per_unit: 2}
+            - {unit: minute, requests_per_unit: 3}
+    """
+)
+
+
+def test_several_limits_report_the_one_that_decides() -> None:
+    snapshot = Snapshot(load_text(MULTI, "m.yaml"))
+    clock = ManualClock(START)
+    limiter = RateLimiter(lambda: snapshot, MemoryBackend(), clock)
+    per_second, per_minute = RateLimit(2, Unit.SECOND, "api"), RateLimit(3, Unit.MINUTE, "api")
+    # Both admit: the one closest to exhaustion is reported.
+    first = ask(limiter, d(("api", "k")), domain="m").statuses[0]
+    assert (first.current_limit, first.limit_remaining) == (per_second, 1)
+    second = ask(limiter, d(("api", "k")), domain="m").statuses[0]
+    assert (second.current_limit, second.limit_remaining) == (per_second, 0)
+    # Per second refuses: it is reported with its (short) wait.
+    third = ask(limiter, d(("api", "k")), domain="m").statuses[0]
+    assert (third.code, third.current_limit, third.duration_until_reset_s) == (
+        Code.OVER_LIMIT,
+        per_second,
+        1,
+    )
+    clock.advance(1)
+    # Per minute refuses now (fixed windows count refused hits: 4 > 3); the longest wait wins.
+    fourth = ask(limiter, d(("api", "k")), domain="m").statuses[0]
+    assert (fourth.code, fourth.current_limit, fourth.duration_until_reset_s) == (
+        Code.OVER_LIMIT,
+        per_minute,
+        39,
+    )
+
+
+def test_a_cost_that_can_never_fit_says_why() -> None:
+    limiter, _ = make()
+    status = ask(limiter, d(("user", "a"), hits_addend=4)).statuses[0]
+    assert status.code is Code.OVER_LIMIT
+    assert status.reason == "a cost of 4 can never be admitted: the fixed_window capacity is 3"
