@@ -14,7 +14,8 @@ from sluice.clock import Clock, SystemClock
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
 from sluice.limiter import LimiterSettings, RateLimiter
-from sluice.policies.publishing import load_snapshot
+from sluice.policies.reloader import SnapshotReloader
+from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
 from sluice.settings import Settings
@@ -49,15 +50,31 @@ class Sluice:
         self._serving = False
         self._grpc: GrpcServer | None = None
         self._http: web.AppRunner | None = None
+        self.reloader: SnapshotReloader | None = None
+        self.service: PolicyService | None = None
         self.grpc_port = 0
         self.http_port = 0
 
-    def load_policies(self, store: PolicyStore) -> None:
-        self.snapshot = load_snapshot(store)  # one assignment: requests see old or new, whole
-        domains = len(self.snapshot.policies)
-        log.info(
-            "serving %d domain(s) from the config database: %s", domains, self.snapshot.version
+    def install(self, snapshot: Snapshot) -> None:
+        # One assignment: a request in flight keeps the snapshot it started with.
+        self.snapshot = snapshot
+
+    def attach(self, store: PolicyStore) -> None:
+        """Serve the policies in ``store`` and follow its changes (after ``start``)."""
+        s = self.settings
+        self.service = PolicyService(store, max_log_limit=s.max_sliding_log_limit)
+        self.reloader = SnapshotReloader(
+            store,
+            self.install,
+            interval_s=s.config_poll_interval_s,
+            cache_path=s.snapshot_cache_path,
+            max_log_limit=s.max_sliding_log_limit,
         )
+        self.reloader.load_initial()
+
+    def status(self) -> dict[str, object]:
+        config = self.reloader.status.as_dict() if self.reloader is not None else {}
+        return {"config": config}
 
     async def start(self) -> None:
         s = self.settings
@@ -65,7 +82,13 @@ class Sluice:
         self.grpc_port = self._grpc.port
         await self._grpc.start()
         app = make_app(
-            self.limiter, healthy=lambda: self._serving, max_body_bytes=s.http_max_body_bytes
+            self.limiter,
+            healthy=lambda: self._serving,
+            snapshot=lambda: self.snapshot,
+            status=self.status,
+            max_body_bytes=s.http_max_body_bytes,
+            service=self.service,
+            api_token=s.api_token,
         )
         self._http = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http.setup()
@@ -73,12 +96,16 @@ class Sluice:
         await site.start()
         sockets = site._server.sockets if site._server is not None else ()  # noqa: SLF001
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
+        if self.reloader is not None:
+            self.reloader.start()
         self._serving = True
         log.info("gRPC on %s:%d, HTTP on %s:%d", s.host, self.grpc_port, s.host, self.http_port)
 
     async def stop(self) -> None:
         """Drain: health turns NOT_SERVING, new calls are refused, in-flight calls finish."""
         self._serving = False
+        if self.reloader is not None:
+            await self.reloader.stop()
         if self._grpc is not None:
             await self._grpc.stop(self.settings.shutdown_grace_s)
         if self._http is not None:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from sluice import __version__
 from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
-from sluice.policies.publishing import import_policies, load_policies
+from sluice.policies.publishing import load_policies
+from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import dump_policies, load_path
 from sluice.settings import Settings, add_arguments, from_arguments
@@ -83,6 +84,27 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(exp, only=("database_url", "log_level"))
     exp.set_defaults(handler=_export)
 
+    history = sub.add_parser("history", help="list a domain's versions, newest first")
+    history.add_argument("--domain", required=True)
+    history.add_argument("--diff", action="store_true", help="show each version's diff too")
+    add_arguments(history, only=("database_url", "log_level"))
+    history.set_defaults(handler=_history)
+
+    diff = sub.add_parser("diff", help="show what changed between two versions of a domain")
+    diff.add_argument("--domain", required=True)
+    diff.add_argument("from_version", type=int, metavar="V1")
+    diff.add_argument("to_version", type=int, metavar="V2")
+    add_arguments(diff, only=("database_url", "log_level"))
+    diff.set_defaults(handler=_diff)
+
+    rollback = sub.add_parser("rollback", help="restore an earlier version as a new version")
+    rollback.add_argument("--domain", required=True)
+    rollback.add_argument("--to", type=int, required=True, metavar="V", dest="to_version")
+    rollback.add_argument("--author", default=None, help="recorded with the change [$USER]")
+    rollback.add_argument("--comment", default="", help="recorded with the change")
+    add_arguments(rollback, only=("database_url", "log_level"))
+    rollback.set_defaults(handler=_rollback)
+
     show = sub.add_parser("settings", help="print the effective settings, secrets redacted")
     add_arguments(show)
     show.set_defaults(handler=_settings)
@@ -99,16 +121,17 @@ def _author(args: argparse.Namespace) -> str:
 
 
 def _check(args: argparse.Namespace, settings: Settings) -> int:
-    policies = load_path(args.path)
+    policies = load_path(args.path, max_log_limit=settings.max_sliding_log_limit)
     print(f"{args.path}: OK, {len(policies)} domain(s): {', '.join(p.domain for p in policies)}")
     return 0
 
 
 def _import(args: argparse.Namespace, settings: Settings) -> int:
-    policies = load_path(args.path)  # validate everything before touching the database
+    # Validate everything before touching the database.
+    policies = load_path(args.path, max_log_limit=settings.max_sliding_log_limit)
     with PolicyStore(settings.database_url) as store:
         store.upgrade()
-        changed = import_policies(store, policies, author=_author(args), comment=args.comment)
+        changed = PolicyService(store).publish(policies, author=_author(args), comment=args.comment)
     for policy in policies:
         version = changed.get(policy.domain)
         state = f"version {version}" if version is not None else "unchanged"
@@ -129,6 +152,39 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _history(args: argparse.Namespace, settings: Settings) -> int:
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        versions = PolicyService(store).history(args.domain)
+    for v in versions:
+        note = "deleted" if v.deleted else f"restores v{v.restored_from}" if v.restored_from else ""
+        fields = [str(v.version), v.created_at.isoformat(timespec="seconds"), v.author, note]
+        print("\t".join(f for f in [*fields, v.comment] if f))
+        if args.diff and v.diff:
+            sys.stdout.write(v.diff)
+    return 0
+
+
+def _diff(args: argparse.Namespace, settings: Settings) -> int:
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        sys.stdout.write(PolicyService(store).diff(args.domain, args.from_version, args.to_version))
+    return 0
+
+
+def _rollback(args: argparse.Namespace, settings: Settings) -> int:
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        version = PolicyService(store).rollback(
+            args.domain, args.to_version, author=_author(args), comment=args.comment
+        )
+    if version is None:
+        print(f"{args.domain}: version {args.to_version}'s rules are already live; nothing to do")
+    else:
+        print(f"{args.domain}: version {version} restores version {args.to_version}")
+    return 0
+
+
 def _settings(args: argparse.Namespace, settings: Settings) -> int:
     print(json.dumps(settings.redacted(), indent=2))
     return 0
@@ -137,19 +193,23 @@ def _settings(args: argparse.Namespace, settings: Settings) -> int:
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from sluice.app import Sluice  # the server stack is only imported when serving
 
-    policies = load_path(args.config) if args.config else None
+    limit = settings.max_sliding_log_limit
+    policies = load_path(args.config, max_log_limit=limit) if args.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
     sluice = Sluice(settings)
     with PolicyStore(settings.database_url) as store:
-        store.upgrade()
+        try:
+            store.upgrade()
+        except ConfigDatabaseError:
+            if policies is not None:
+                raise  # asked to import: that cannot happen without the database
+            # Without --config the local snapshot cache can still serve: attach() decides.
+            log.warning("config database unreachable at start", exc_info=True)
         if policies is not None:
-            changed = import_policies(
-                store,
-                policies,
-                author=_author(args),
-                comment=f"sluice serve --config {args.config}",
+            changed = PolicyService(store).publish(
+                policies, author=_author(args), comment=f"sluice serve --config {args.config}"
             )
             log.info("imported %s: %s", args.config, changed or "no changes")
-        sluice.load_policies(store)
-    asyncio.run(sluice.run_until_signal())
+        sluice.attach(store)
+        asyncio.run(sluice.run_until_signal())
     return 0

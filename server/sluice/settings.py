@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from sluice.bounds import RequestBounds
@@ -48,6 +49,20 @@ class Settings:
     max_key_length: int = _setting(256, "Longest entry key.")
     max_value_length: int = _setting(1024, "Longest entry value.")
     http_max_body_bytes: int = _setting(65536, "Largest body the HTTP /json endpoint accepts.")
+    api_token: str = _setting(
+        "", "Bearer token for the policy write API (/api/v1); empty disables the API.", secret=True
+    )
+    config_poll_interval_s: float = _setting(
+        0.25, "How often to check the config database for a published change."
+    )
+    snapshot_cache: str = _setting(
+        "auto",
+        "Local copy of the last good policies, served when starting with the database down; "
+        "auto: next to a SQLite database, else ./sluice-snapshot.json; empty: none.",
+    )
+    max_sliding_log_limit: int = _setting(
+        10000, "Largest requests_per_unit a sliding_window_log rule may have (memory per key)."
+    )
     shutdown_grace_s: float = _setting(
         10.0, "On SIGTERM: how long in-flight calls may take to finish."
     )
@@ -63,14 +78,27 @@ class Settings:
             max_value_length=self.max_value_length,
         )
 
+    @property
+    def snapshot_cache_path(self) -> Path | None:
+        if not self.snapshot_cache:
+            return None
+        if self.snapshot_cache != "auto":
+            return Path(self.snapshot_cache)
+        prefix = "sqlite:///"
+        if self.database_url.startswith(prefix) and len(self.database_url) > len(prefix):
+            database = Path(self.database_url[len(prefix) :].split("?")[0])
+            return database.with_name(database.name + ".snapshot.json")
+        return Path("sluice-snapshot.json")
+
     def redacted(self) -> dict[str, Any]:
         """The effective settings, with credentials hidden, for logs and ``sluice settings``."""
         from sluice.policies.store import redact_url
 
         out = dataclasses.asdict(self)
         for f in fields(self):
-            if f.metadata.get("secret"):
-                out[f.name] = redact_url(str(out[f.name]))
+            value = str(out[f.name])
+            if f.metadata.get("secret") and value:
+                out[f.name] = redact_url(value) if "://" in value else "***"
         return out
 
 

@@ -71,4 +71,6 @@ def test_in_flight_calls_complete_during_drain() -> None:
     response, refused = asyncio.run(scenario())
     assert response.overall_code == rls_pb2.RateLimitResponse.OK
     assert response.statuses[0].limit_remaining == 4
-    assert refused == grpc.StatusCode.UNAVAILABLE
+    # gRPC core reports a call refused during shutdown either way, depending on timing; both
+    # tell a client to retry elsewhere, and neither is an answer from Sluice.
+    assert refused in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)

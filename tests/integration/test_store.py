@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 from sluice.errors import ConfigDatabaseError
 from sluice.policies import store as store_module
-from sluice.policies.store import PolicyStore, StaleVersionError, redact_url
+from sluice.policies.store import PolicyStore, StaleVersionError, redact_url, schema_head
 
 DOC_A1 = "domain: a\ndescriptors: []\n"
 DOC_A2 = "domain: a\ndescriptors:\n  - key: k\n"
@@ -153,7 +153,7 @@ def test_upgrade_is_idempotent(db_url: str, store: PolicyStore) -> None:
     try:
         with engine.connect() as conn:
             assert conn.execute(text("SELECT version_num FROM alembic_version")).all() == [
-                ("0001",)
+                (schema_head(),)
             ]
     finally:
         engine.dispose()
@@ -334,3 +334,32 @@ def test_unsupported_or_malformed_url_is_a_config_database_error() -> None:
 )
 def test_redact_url(url: str, redacted: str) -> None:
     assert redact_url(url) == redacted
+
+
+def test_upgrading_from_the_first_schema_keeps_every_version(db_url: str) -> None:
+    with PolicyStore(db_url) as old:
+        old.upgrade("0001")
+        engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"))
+        try:
+            with engine.begin() as conn:  # rows as the 0001 schema stored them
+                conn.execute(
+                    text(
+                        "INSERT INTO policy_versions (domain, version, document, author, comment,"
+                        " created_at) VALUES ('a', 1, :doc, 'old', 'before', :at),"
+                        " ('a', 2, NULL, 'old', 'gone', :at)"
+                    ),
+                    {"doc": DOC_A1, "at": datetime.now(UTC)},
+                )
+        finally:
+            engine.dispose()
+        old.upgrade()
+        history = old.history("a")
+        assert [(p.version, p.deleted, p.author, p.restored_from) for p in history] == [
+            (2, True, "old", None),
+            (1, False, "old", None),
+        ]
+        assert history[1].document == DOC_A1
+        assert old.publish(
+            {"a": DOC_A1}, author="new", comment="restore", restored_from={"a": 1}
+        ) == {"a": 3}
+        assert old.history("a")[0].restored_from == 1

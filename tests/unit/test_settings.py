@@ -68,7 +68,7 @@ def test_docs_table_lists_every_setting_with_its_default() -> None:
         (
             flag_name(f.name),
             env_name(f.name),
-            str(f.default).lower() if isinstance(f.default, bool) else str(f.default),
+            str(f.default).lower() if isinstance(f.default, bool) else str(f.default) or '""',
         )
         for f in fields(Settings)
     ]

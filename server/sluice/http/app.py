@@ -1,26 +1,41 @@
 """aiohttp application for the HTTP port.
 
-``/json`` takes a RateLimitRequest in protobuf's JSON mapping and answers with the
-RateLimitResponse as JSON: 200 when OK, 429 when over limit, 400 on bad input.
+- ``/healthcheck``: 200 ``OK`` while serving, 500 while draining;
+- ``/json``: a RateLimitRequest in protobuf's JSON mapping, answered with the
+  RateLimitResponse as JSON: 200 when OK, 429 when over limit, 400 on bad input;
+- ``/rlconfig``: the live config version and every compiled rule, as text;
+- ``/status``: JSON detail: serving, config version and source, config database state;
+- ``/api/v1/…``: the policy write API (http/api.py), when a service is given.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
 from sluice.errors import BackendUnavailableError, InvalidRequestError
 from sluice.grpc.convert import decision_to_json, request_from_json
+from sluice.http.api import add_api_routes
 from sluice.limiter import RateLimiter
 from sluice.model import Code
+from sluice.policies.service import PolicyService
+from sluice.policies.snapshot import Snapshot
 
 __all__ = ["make_app"]
 
 
 def make_app(
-    limiter: RateLimiter, *, healthy: Callable[[], bool], max_body_bytes: int
+    limiter: RateLimiter,
+    *,
+    healthy: Callable[[], bool],
+    snapshot: Callable[[], Snapshot],
+    status: Callable[[], dict[str, Any]],
+    max_body_bytes: int,
+    service: PolicyService | None = None,
+    api_token: str = "",
 ) -> web.Application:
     async def healthcheck(request: web.Request) -> web.Response:
         if healthy():
@@ -39,12 +54,23 @@ def make_app(
         except BackendUnavailableError as exc:
             return _error(503, str(exc))
         text = decision_to_json(decision)
-        status = 429 if decision.overall_code is Code.OVER_LIMIT else 200
-        return web.Response(status=status, text=text, content_type="application/json")
+        code = 429 if decision.overall_code is Code.OVER_LIMIT else 200
+        return web.Response(status=code, text=text, content_type="application/json")
+
+    async def rlconfig(request: web.Request) -> web.Response:
+        return web.Response(text=snapshot().dump())
+
+    async def status_endpoint(request: web.Request) -> web.Response:
+        body = {"serving": healthy(), **status()}
+        return web.Response(text=json.dumps(body), content_type="application/json")
 
     app = web.Application(client_max_size=max_body_bytes)
     app.router.add_get("/healthcheck", healthcheck)
     app.router.add_post("/json", json_endpoint)
+    app.router.add_get("/rlconfig", rlconfig)
+    app.router.add_get("/status", status_endpoint)
+    if service is not None:
+        add_api_routes(app, service, api_token)
     return app
 
 

@@ -103,3 +103,25 @@ class Snapshot:
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None
+
+    def dump(self) -> str:
+        """Every rule that applies a limit, one per line, like envoyproxy/ratelimit's /rlconfig."""
+        lines = [f"version: {self.version or '(none)'}"]
+        for policy in self.policies:
+            lines.extend(_dump_rules(policy.domain, policy.descriptors))
+        return "\n".join(lines) + "\n"
+
+
+def _dump_rules(parent: str, rules: Iterable[Rule]) -> Iterable[str]:
+    for rule in rules:
+        key = f"{parent}.{rule.key}" + (f"_{rule.value}" if rule.value is not None else "")
+        flags = f"shadow_mode={str(rule.shadow_mode).lower()}"
+        if rule.unlimited:
+            yield f"{key}: unlimited {flags}"
+        for limit in rule.limits:
+            burst = f" burst={limit.burst}" if limit.burst is not None else ""
+            yield (
+                f"{key}: unit={limit.unit.name} requests_per_unit={limit.requests_per_unit} "
+                f"algorithm={limit.algorithm}{burst} {flags}"
+            )
+        yield from _dump_rules(key, rule.descriptors)

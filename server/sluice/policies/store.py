@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sluice.errors import ConfigDatabaseError, SluiceError
 from sluice.policies.tables import policy_versions
 
-__all__ = ["PolicyStore", "StaleVersionError", "StoredPolicy", "redact_url"]
+__all__ = ["PolicyStore", "StaleVersionError", "StoredPolicy", "redact_url", "schema_head"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -70,6 +70,7 @@ class StoredPolicy:
     comment: str
     created_at: datetime
     deleted: bool = False
+    restored_from: int | None = None  # a rollback: the version whose document it restores
 
 
 class StaleVersionError(SluiceError):
@@ -87,6 +88,17 @@ class StaleVersionError(SluiceError):
             f"domain {self.domain!r} is at version {self.actual}, not the expected "
             f"{self.expected}; reload it and try again"
         )
+
+
+def schema_head() -> str:
+    """The newest schema revision this code knows."""
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS).replace("%", "%%"))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
 
 
 def redact_url(url: str) -> str:
@@ -126,7 +138,7 @@ class PolicyStore:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def upgrade(self) -> None:
+    def upgrade(self, revision: str = "head") -> None:
         """Bring the schema to the newest revision this code knows; a no-op when it is there.
 
         Safe to call from several processes at once: they take turns, and the later ones find
@@ -137,7 +149,7 @@ class PolicyStore:
         config.set_main_option("script_location", str(_MIGRATIONS).replace("%", "%%"))
         with self._translated("schema upgrade"), self._writing(_UPGRADE_LOCK) as conn:
             config.attributes["connection"] = conn
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
 
     def current(self) -> dict[str, StoredPolicy]:
         """The latest version of every domain that has a policy, sorted by domain."""
@@ -152,20 +164,24 @@ class PolicyStore:
         author: str,
         comment: str,
         expected_versions: Mapping[str, int] | None = None,
+        restored_from: Mapping[str, int] | None = None,
     ) -> dict[str, int]:
         """Store new documents atomically and return ``{domain: new version}`` for each change.
 
         ``None`` deletes a domain. Domains whose document equals their current one get no new
         version, so republishing everything is cheap. ``expected_versions`` makes the publish
         conditional: if any named domain's latest version (0 for none) differs, nothing is
-        written and :class:`StaleVersionError` is raised.
+        written and :class:`StaleVersionError` is raised. ``restored_from`` records, for a
+        rollback, which version each domain's document was taken from.
         """
         expected = dict(expected_versions or {})
         _check_domains([*documents, *expected])
         seen: dict[str, int] = {}
         with self._translated("publish"):
             try:
-                return self._publish(documents, author, comment, expected, seen)
+                return self._publish(
+                    documents, author, comment, expected, seen, dict(restored_from or {})
+                )
             except IntegrityError as exc:
                 stale = self._stale_domain(seen)
                 if stale is None:
@@ -199,6 +215,7 @@ class PolicyStore:
         comment: str,
         expected: Mapping[str, int],
         seen: dict[str, int],
+        restored_from: Mapping[str, int],
     ) -> dict[str, int]:
         # One timestamp for the whole publish: it is one change, made at one moment.
         now = datetime.now(UTC)
@@ -223,6 +240,7 @@ class PolicyStore:
                         "author": author,
                         "comment": comment,
                         "created_at": now,
+                        "restored_from": restored_from.get(domain),
                     }
                 )
             if rows:
@@ -340,6 +358,7 @@ def _policy(row: Row[Any]) -> StoredPolicy:
         comment=row.comment,
         created_at=row.created_at,
         deleted=row.document is None,
+        restored_from=row.restored_from,
     )
 
 

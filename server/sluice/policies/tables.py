@@ -75,6 +75,8 @@ policy_versions = Table(
     Column("author", String(255), nullable=False),
     Column("comment", Text, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
+    # Set on a rollback: the version whose document this one restores.
+    Column("restored_from", Integer, nullable=True),
     # Backstop against two publishers numbering the same version.
     UniqueConstraint("domain", "version"),
     sqlite_autoincrement=True,

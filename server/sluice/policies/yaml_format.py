@@ -18,7 +18,15 @@ from sluice.algorithms import ALGORITHMS
 from sluice.errors import ConfigError
 from sluice.model import DomainPolicy, RateLimit, Rule, Unit
 
-__all__ = ["DEFAULT_MAX_LOG_LIMIT", "dump_policies", "dump_policy", "load_path", "load_text"]
+__all__ = [
+    "DEFAULT_MAX_LOG_LIMIT",
+    "dump_policies",
+    "dump_policy",
+    "load_path",
+    "load_sources",
+    "load_text",
+    "rule_document",
+]
 
 # sliding_window_log keeps one entry per admitted request; this caps its memory per key.
 DEFAULT_MAX_LOG_LIMIT = 10_000
@@ -384,7 +392,7 @@ def dump_policy(policy: DomainPolicy) -> str:
     """Canonical YAML for one domain: loading it gives back an equal policy."""
     document = {
         "domain": policy.domain,
-        "descriptors": [_rule_document(r) for r in policy.descriptors],
+        "descriptors": [rule_document(r) for r in policy.descriptors],
     }
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
@@ -394,7 +402,8 @@ def dump_policies(policies: Iterable[DomainPolicy]) -> str:
     return "---\n".join(dump_policy(p) for p in policies)
 
 
-def _rule_document(rule: Rule) -> dict[str, Any]:
+def rule_document(rule: Rule) -> dict[str, Any]:
+    """A rule as the plain mapping the YAML format (and the JSON API) writes it."""
     doc: dict[str, Any] = {"key": rule.key}
     if rule.value is not None:
         doc["value"] = rule.value
@@ -415,7 +424,7 @@ def _rule_document(rule: Rule) -> dict[str, Any]:
         if getattr(rule, flag):
             doc[flag] = True
     if rule.descriptors:
-        doc["descriptors"] = [_rule_document(child) for child in rule.descriptors]
+        doc["descriptors"] = [rule_document(child) for child in rule.descriptors]
     return doc
 
 

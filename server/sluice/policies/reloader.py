@@ -1,0 +1,189 @@
+"""Keeps a server's snapshot in step with the config database.
+
+Every ``interval_s`` it reads the database's change token (one cheap indexed query); when the
+token moved, it reads the live documents, validates and compiles them off the event loop,
+and hands the new snapshot over in one assignment. What never happens: an invalid version
+going live (it is logged and counted, the last good snapshot keeps serving), or a database
+outage changing a decision (the last good snapshot keeps serving; it catches up on return).
+Each good snapshot is also written to a local cache file, which a server starting while the
+database is down serves from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sluice.errors import ConfigDatabaseError, ConfigError
+from sluice.policies.publishing import (
+    LiveDocuments,
+    build_snapshot,
+    read_cache,
+    read_live,
+    write_cache,
+)
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.store import PolicyStore
+
+__all__ = ["ReloadStatus", "SnapshotReloader"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReloadStatus:
+    version: str = ""
+    source: str = "none"  # "database", or "cache" when started from the local cache
+    database_up: bool = False
+    database_error: str = ""
+    down_since: float | None = None
+    loads: int = 0
+    invalid: int = 0  # versions refused because they failed validation
+    database_errors: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "source": self.source,
+            "database": "up" if self.database_up else "unreachable",
+            "database_error": self.database_error,
+            "down_since": self.down_since,
+            "loads": self.loads,
+            "invalid_versions": self.invalid,
+            "database_errors": self.database_errors,
+        }
+
+
+class SnapshotReloader:
+    def __init__(
+        self,
+        store: PolicyStore,
+        install: Callable[[Snapshot], None],
+        *,
+        interval_s: float,
+        cache_path: Path | None,
+        max_log_limit: int,
+    ) -> None:
+        self._store = store
+        self._install = install
+        self._interval_s = interval_s
+        self._cache_path = cache_path
+        self._max_log_limit = max_log_limit
+        self._token: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.status = ReloadStatus()
+
+    def load_initial(self) -> None:
+        """Load before serving: from the database, else from the local cache (and say so).
+
+        Raises ConfigDatabaseError when the database is down and there is no cache, and
+        ConfigError when the stored policies are invalid: a server must not start empty.
+        """
+        try:
+            live = read_live(self._store)
+            self._database_up()
+            self._take(live, source="database")
+            return
+        except ConfigDatabaseError as exc:
+            self._database_down(exc)
+            problem: Exception = exc
+        except ConfigError as exc:
+            self.status.invalid += 1
+            problem = exc
+        cached = read_cache(self._cache_path) if self._cache_path is not None else None
+        if cached is None:
+            raise problem
+        self._take(cached, source="cache")
+        log.warning(
+            "serving %s from the local cache %s: %s",
+            cached.version or "no domains",
+            self._cache_path,
+            problem,
+        )
+
+    async def poll_once(self) -> bool:
+        """One poll; True when a new snapshot was installed."""
+        try:
+            token = await asyncio.to_thread(self._store.change_token)
+            if token == self._token and self.status.source == "database":
+                self._database_up()
+                return False
+            live = await asyncio.to_thread(read_live, self._store)
+        except ConfigDatabaseError as exc:
+            self._database_down(exc)
+            return False
+        self._database_up()
+        try:
+            snapshot = await asyncio.to_thread(
+                build_snapshot, live, max_log_limit=self._max_log_limit
+            )
+        except ConfigError as exc:
+            self.status.invalid += 1
+            self._token = live.token  # don't retry the same bad version every poll
+            log.error(
+                "refused config version %s; still serving %s:\n%s",
+                live.version,
+                self.status.version,
+                exc,
+            )
+            return False
+        self._commit(live, snapshot, source="database")
+        return True
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="reloader")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.poll_once()
+            except Exception:  # a bug here must not stop reloading for good
+                log.exception("config reload failed")
+
+    def _take(self, live: LiveDocuments, *, source: str) -> None:
+        self._commit(live, build_snapshot(live, max_log_limit=self._max_log_limit), source=source)
+
+    def _commit(self, live: LiveDocuments, snapshot: Snapshot, *, source: str) -> None:
+        self._install(snapshot)
+        changed = snapshot.version != self.status.version
+        self._token = live.token
+        self.status.version = snapshot.version
+        self.status.source = source
+        self.status.loads += 1
+        if source == "database" and self._cache_path is not None:
+            try:
+                write_cache(self._cache_path, live)
+            except OSError as exc:
+                log.warning("could not write the snapshot cache %s: %s", self._cache_path, exc)
+        if changed:
+            log.info("serving config %s (from the %s)", snapshot.version or "(empty)", source)
+
+    def _database_up(self) -> None:
+        if not self.status.database_up and self.status.down_since is not None:
+            log.warning("config database reachable again")
+        self.status.database_up = True
+        self.status.database_error = ""
+        self.status.down_since = None
+
+    def _database_down(self, exc: ConfigDatabaseError) -> None:
+        self.status.database_errors += 1
+        if self.status.database_up or self.status.down_since is None:
+            log.error(
+                "config database unreachable; keeping config %s: %s", self.status.version, exc
+            )
+            self.status.down_since = time.time()
+        self.status.database_up = False
+        self.status.database_error = str(exc)
