@@ -109,3 +109,33 @@ def test_a_bad_setting_names_its_source() -> None:
         1,
         "sluice: SLUICE_GRPC_PORT: 'eighty' is not a valid int\n",
     )
+
+
+def test_history_diff_and_rollback(database_url: str, tmp_path: Path) -> None:
+    first = tmp_path / "v1.yaml"
+    first.write_text(
+        "domain: h\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+    )
+    second = tmp_path / "v2.yaml"
+    second.write_text(first.read_text().replace("requests_per_unit: 1}", "requests_per_unit: 2}"))
+    db = ["--database-url", database_url]
+    run_sluice(["import", str(first), *db, "--author", "ann", "--comment", "start"])
+    run_sluice(["import", str(second), *db, "--author", "ben", "--comment", "raise"])
+
+    rolled = run_sluice(["rollback", "--domain", "h", "--to", "1", *db, "--author", "cy"])
+    assert rolled.stdout == "h: version 3 restores version 1\n", rolled.stderr
+    lines = run_sluice(["history", "--domain", "h", *db]).stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["3", "2", "1"]
+    assert [line.split("\t")[2:] for line in lines] == [
+        ["cy", "restores v1", "rollback to version 1"],
+        ["ben", "raise"],
+        ["ann", "start"],
+    ]
+    diff = run_sluice(["diff", "--domain", "h", "2", "3", *db]).stdout
+    assert "-    requests_per_unit: 2\n+    requests_per_unit: 1\n" in diff
+    exported = run_sluice(["export", *db]).stdout
+    assert load_text(exported) == load_path(first)
+    again = run_sluice(["rollback", "--domain", "h", "--to", "1", *db])
+    assert again.stdout == "h: version 1's rules are already live; nothing to do\n"
+    missing = run_sluice(["rollback", "--domain", "h", "--to", "9", *db])
+    assert (missing.returncode, missing.stderr) == (1, "sluice: domain 'h' has no version 9\n")
