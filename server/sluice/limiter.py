@@ -30,6 +30,7 @@ from sluice.model import (
     RateLimitRequest,
 )
 from sluice.policies.snapshot import Snapshot
+from sluice.usage.recorder import ALLOWED, BACKEND_ERROR, OVER_LIMIT, SHADOW_OVER, UsageRecorder
 
 __all__ = ["FAILURE_MODES", "LimiterSettings", "RateLimiter", "UNLIMITED_REMAINING"]
 
@@ -50,6 +51,7 @@ class LimiterSettings:
 
 @dataclass(slots=True)
 class _Applicable:
+    rule_id: str
     index: int
     reported: tuple[RateLimit, ...]  # as clients see them, parallel to ``limits``
     limits: tuple[Limit, ...]
@@ -65,6 +67,7 @@ class RateLimiter:
         backend: Backend,
         clock: Clock,
         settings: LimiterSettings = LimiterSettings(),
+        recorder: UsageRecorder | None = None,
     ) -> None:
         if settings.failure_mode not in FAILURE_MODES:
             raise ValueError(f"failure_mode must be one of {FAILURE_MODES}")
@@ -72,6 +75,7 @@ class RateLimiter:
         self._backend = backend
         self._clock = clock
         self._settings = settings
+        self._recorder = recorder
 
     async def should_rate_limit(self, request: RateLimitRequest) -> Decision:
         check_request(request, self._settings.bounds)
@@ -91,7 +95,11 @@ class RateLimiter:
                 reported = RateLimit(override.requests_per_unit, override.unit)
                 counter_key = (domain, *(part for entry in descriptor.entries for part in entry))
                 limit = Limit(override.requests_per_unit, override.unit.seconds)
-                applicable.append(_Applicable(i, (reported,), (limit,), False, counter_key, cost))
+                applicable.append(
+                    _Applicable(
+                        f"{domain}.(override)", i, (reported,), (limit,), False, counter_key, cost
+                    )
+                )
                 continue
             match = snapshot.lookup(domain, descriptor.entries)
             if match is None:
@@ -101,9 +109,19 @@ class RateLimiter:
             replaced.update(rule.replaces)
             if rule.unlimited:
                 statuses[i] = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
+                if self._recorder is not None:
+                    self._recorder.record(match.rule_id, ALLOWED, cost=cost)
                 continue
             applicable.append(
-                _Applicable(i, rule.limits, match.limits, rule.shadow_mode, match.counter_key, cost)
+                _Applicable(
+                    match.rule_id,
+                    i,
+                    rule.limits,
+                    match.limits,
+                    rule.shadow_mode,
+                    match.counter_key,
+                    cost,
+                )
             )
 
         if replaced:
@@ -114,19 +132,41 @@ class RateLimiter:
             try:
                 outcomes = await self._backend.apply(hits, self._clock.now())
             except BackendUnavailableError:
+                if self._recorder is not None:
+                    for a in applicable:
+                        self._recorder.record(a.rule_id, BACKEND_ERROR, cost=a.cost)
                 if self._settings.failure_mode == "error":
                     raise
                 outcomes = None
             for n, a in enumerate(applicable):
-                statuses[a.index] = (
-                    _status(a, outcomes[n]) if outcomes is not None else self._failed(a)
-                )
+                if outcomes is None:
+                    statuses[a.index] = self._failed(a)
+                    continue
+                status, admitted = _status(a, outcomes[n])
+                statuses[a.index] = status
+                if self._recorder is not None:
+                    self._record(a, status, admitted)
 
         final = tuple(s if s is not None else _NO_LIMIT for s in statuses)
         over = any(s.code is Code.OVER_LIMIT for s in final)
         overall = Code.OVER_LIMIT if over and not self._settings.global_shadow_mode else Code.OK
         headers = _rate_limit_headers(final, overall) if self._settings.response_headers else ()
         return Decision(overall, final, headers)
+
+    def _record(self, a: _Applicable, status: DescriptorStatus, admitted: bool) -> None:
+        recorder = self._recorder
+        assert recorder is not None
+        if admitted:
+            limit = status.current_limit
+            near = limit is not None and recorder.is_near(
+                limit.requests_per_unit, status.limit_remaining
+            )
+            recorder.record(a.rule_id, ALLOWED, cost=a.cost, near=near)
+            return
+        # The concrete values: who is being limited (only built for refused hits).
+        offender = ",".join(a.counter_key[1:])
+        kind = SHADOW_OVER if a.shadow_mode else OVER_LIMIT
+        recorder.record(a.rule_id, kind, cost=a.cost, offender=offender)
 
     def _failed(self, a: _Applicable) -> DescriptorStatus:
         if self._settings.failure_mode == "allow":
@@ -138,9 +178,9 @@ class RateLimiter:
 _NO_LIMIT = DescriptorStatus(Code.OK)
 
 
-def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> DescriptorStatus:
-    """One status for a rule's limits: the refusing limit with the longest wait, or else the
-    limit closest to exhaustion."""
+def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStatus, bool]:
+    """One status for a rule's limits (the refusing limit with the longest wait, or else the
+    limit closest to exhaustion), and whether the hit was admitted."""
     if len(outcomes) == 1:
         chosen = 0
     else:
@@ -153,10 +193,11 @@ def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> DescriptorStatus:
     limit = a.reported[chosen]
     if outcome.allowed:
         delay = max(o.delay_s for o in outcomes)
-        return DescriptorStatus(Code.OK, limit, outcome.remaining, outcome.reset_s, delay)
+        return DescriptorStatus(Code.OK, limit, outcome.remaining, outcome.reset_s, delay), True
     code = Code.OK if a.shadow_mode else Code.OVER_LIMIT
     reason = "" if outcome.fits else _never_fits(a.cost, limit)
-    return DescriptorStatus(code, limit, outcome.remaining, outcome.reset_s, reason=reason)
+    status = DescriptorStatus(code, limit, outcome.remaining, outcome.reset_s, reason=reason)
+    return status, False
 
 
 def _never_fits(cost: int, limit: RateLimit) -> str:

@@ -26,6 +26,9 @@ class Match:
     # place of the concrete value, so every value it matches shares one counter.
     counter_key: tuple[str, ...]
     limits: tuple[Limit, ...]  # the rule's limits as the algorithms take them
+    rule_id: (
+        str  # the rule's place in its domain, e.g. "messaging.message_type_marketing.to_number"
+    )
 
 
 def algorithm_limit(limit: RateLimit) -> Limit:
@@ -34,17 +37,19 @@ def algorithm_limit(limit: RateLimit) -> Limit:
 
 
 class _Node:
-    __slots__ = ("rule", "limits", "exact", "wildcards", "key_only")
+    __slots__ = ("rule", "rule_id", "limits", "exact", "wildcards", "key_only")
 
-    def __init__(self, rule: Rule | None, children: Iterable[Rule]) -> None:
+    def __init__(self, rule: Rule | None, children: Iterable[Rule], rule_id: str) -> None:
         self.rule = rule
+        self.rule_id = rule_id
         # Built once here so the request path never constructs them.
         self.limits = tuple(algorithm_limit(x) for x in rule.limits) if rule is not None else ()
         self.exact: dict[tuple[str, str], _Node] = {}
         self.wildcards: dict[str, list[tuple[re.Pattern[str], _Node]]] = {}
         self.key_only: dict[str, _Node] = {}
         for child in children:
-            node = _Node(child, child.descriptors)
+            child_id = f"{rule_id}.{child.key}" + (f"_{child.value}" if child.value else "")
+            node = _Node(child, child.descriptors, child_id)
             if child.value is None:
                 self.key_only[child.key] = node
             elif child.is_wildcard:
@@ -76,7 +81,7 @@ class Snapshot:
     def __init__(self, policies: Iterable[DomainPolicy] = (), *, version: str = "") -> None:
         self.policies: tuple[DomainPolicy, ...] = tuple(sorted(policies, key=lambda p: p.domain))
         self.version = version
-        self._domains = {p.domain: _Node(None, p.descriptors) for p in self.policies}
+        self._domains = {p.domain: _Node(None, p.descriptors, p.domain) for p in self.policies}
 
     def has_domain(self, domain: str) -> bool:
         return domain in self._domains
@@ -99,7 +104,7 @@ class Snapshot:
             if i == last:
                 if not rule.applies_limit:
                     return None  # a node with neither limit nor matching depth whitelists
-                return Match(rule, tuple(counter_key), node.limits)
+                return Match(rule, tuple(counter_key), node.limits, node.rule_id)
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None

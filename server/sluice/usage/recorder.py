@@ -1,0 +1,68 @@
+"""Per-rule usage counters, aggregated in memory on the request path.
+
+Recording is a dict lookup and an integer increment; everything else (flushing, merging
+instances, history) happens off the request path, on whatever ``drain()`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sluice.usage.heavy_hitters import SpaceSaving
+
+__all__ = [
+    "ALLOWED",
+    "BACKEND_ERROR",
+    "NEAR_LIMIT",
+    "OVER_LIMIT",
+    "SHADOW_OVER",
+    "RuleUsage",
+    "UsageRecorder",
+]
+
+# Indexes into RuleUsage.counts.
+ALLOWED, OVER_LIMIT, SHADOW_OVER, NEAR_LIMIT, BACKEND_ERROR = range(5)
+COUNTER_NAMES = ("allowed", "over_limit", "shadow_over_limit", "near_limit", "backend_errors")
+
+
+@dataclass
+class RuleUsage:
+    counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
+    offenders: SpaceSaving | None = None  # over-limit keys (concrete descriptor values)
+
+
+class UsageRecorder:
+    def __init__(self, *, near_limit_ratio: float = 0.8, top_keys: int = 20) -> None:
+        self.near_limit_ratio = near_limit_ratio
+        self.top_keys = top_keys
+        self._rules: dict[str, RuleUsage] = {}
+
+    def record(
+        self,
+        rule_id: str,
+        kind: int,
+        *,
+        cost: int = 1,
+        offender: str | None = None,
+        near: bool = False,
+    ) -> None:
+        usage = self._rules.get(rule_id)
+        if usage is None:
+            usage = self._rules[rule_id] = RuleUsage()
+        usage.counts[kind] += cost
+        if near:
+            usage.counts[NEAR_LIMIT] += cost
+        if offender is not None:
+            if usage.offenders is None:
+                usage.offenders = SpaceSaving(self.top_keys)
+            usage.offenders.add(offender, cost)
+
+    def is_near(self, requests_per_unit: int, remaining: int) -> bool:
+        """At or past the near-limit share of the limit (80 % used by default)."""
+        used = requests_per_unit - remaining
+        return requests_per_unit > 0 and used >= self.near_limit_ratio * requests_per_unit
+
+    def drain(self) -> dict[str, RuleUsage]:
+        """Everything recorded since the last drain; recording continues into a fresh map."""
+        drained, self._rules = self._rules, {}
+        return drained
