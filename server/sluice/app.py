@@ -14,11 +14,15 @@ from sluice.clock import Clock, SystemClock
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
 from sluice.limiter import LimiterSettings, RateLimiter
+from sluice.metrics import Metrics
 from sluice.policies.reloader import SnapshotReloader
 from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
 from sluice.settings import Settings
+from sluice.usage.flusher import UsageFlusher
+from sluice.usage.recorder import UsageRecorder
+from sluice.usage.store import UsageStore
 
 __all__ = ["Sluice"]
 
@@ -37,6 +41,8 @@ class Sluice:
         self.backend = (
             backend if backend is not None else MemoryBackend(max_keys=settings.memory_max_keys)
         )
+        self.recorder = UsageRecorder(near_limit_ratio=settings.near_limit_ratio)
+        self.metrics = Metrics(self._metric_state)
         self.limiter = RateLimiter(
             lambda: self.snapshot,
             self.backend,
@@ -46,11 +52,13 @@ class Sluice:
                 global_shadow_mode=settings.global_shadow_mode,
                 response_headers=settings.response_headers,
             ),
+            recorder=self.recorder,
         )
         self._serving = False
         self._grpc: GrpcServer | None = None
         self._http: web.AppRunner | None = None
         self.reloader: SnapshotReloader | None = None
+        self.flusher: UsageFlusher | None = None
         self.service: PolicyService | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -70,15 +78,49 @@ class Sluice:
             cache_path=s.snapshot_cache_path,
             max_log_limit=s.max_sliding_log_limit,
         )
+        self.flusher = UsageFlusher(
+            self.recorder,
+            UsageStore(store),
+            self.clock,
+            interval_s=s.usage_flush_interval_s,
+            on_drain=self.metrics.record_usage,
+        )
         self.reloader.load_initial()
 
     def status(self) -> dict[str, object]:
         config = self.reloader.status.as_dict() if self.reloader is not None else {}
-        return {"config": config}
+        usage = {}
+        if self.flusher is not None:
+            usage = {
+                "store": "up" if self.flusher.store_up else "unreachable",
+                "flush_failures": self.flusher.failures,
+                "dropped": self.flusher.dropped,
+            }
+        return {"config": config, "usage": usage}
+
+    def _metric_state(self) -> dict[str, float]:
+        state: dict[str, float] = {}
+        if self.reloader is not None:
+            st = self.reloader.status
+            state.update(
+                config_loads=st.loads,
+                config_invalid_versions=st.invalid,
+                config_database_errors=st.database_errors,
+                config_database_up=float(st.database_up),
+                config_from_cache=float(st.source == "cache"),
+            )
+        if isinstance(self.backend, MemoryBackend):
+            state.update(
+                memory_backend_keys=len(self.backend),
+                memory_backend_evictions=self.backend.evictions,
+            )
+        if self.flusher is not None:
+            state["usage_flush_failures"] = self.flusher.failures
+        return state
 
     async def start(self) -> None:
         s = self.settings
-        self._grpc = GrpcServer(self.limiter, s.host, s.grpc_port)
+        self._grpc = GrpcServer(self.limiter, s.host, s.grpc_port, metrics=self.metrics)
         self.grpc_port = self._grpc.port
         await self._grpc.start()
         app = make_app(
@@ -89,6 +131,7 @@ class Sluice:
             max_body_bytes=s.http_max_body_bytes,
             service=self.service,
             api_token=s.api_token,
+            metrics=self.metrics,
         )
         self._http = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http.setup()
@@ -98,6 +141,8 @@ class Sluice:
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
         if self.reloader is not None:
             self.reloader.start()
+        if self.flusher is not None:
+            self.flusher.start()
         self._serving = True
         log.info("gRPC on %s:%d, HTTP on %s:%d", s.host, self.grpc_port, s.host, self.http_port)
 
@@ -110,6 +155,8 @@ class Sluice:
             await self._grpc.stop(self.settings.shutdown_grace_s)
         if self._http is not None:
             await self._http.cleanup()
+        if self.flusher is not None:
+            await self.flusher.stop()
         await self.backend.close()
 
     async def run_until_signal(self) -> None:

@@ -63,6 +63,12 @@ class Settings:
     max_sliding_log_limit: int = _setting(
         10000, "Largest requests_per_unit a sliding_window_log rule may have (memory per key)."
     )
+    near_limit_ratio: float = _setting(
+        0.8, "Share of a limit used from which a hit counts as near the limit (telemetry)."
+    )
+    usage_flush_interval_s: float = _setting(
+        1.0, "How often usage telemetry is flushed to the config database."
+    )
     shutdown_grace_s: float = _setting(
         10.0, "On SIGTERM: how long in-flight calls may take to finish."
     )

@@ -9,6 +9,7 @@ from grpc_reflection.v1alpha import reflection
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.grpc.servicer import RateLimitServicer
 from sluice.limiter import RateLimiter
+from sluice.metrics import Metrics
 
 __all__ = ["GrpcServer", "HEALTH_SERVICE_NAMES"]
 
@@ -18,7 +19,9 @@ _RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 
 
 class GrpcServer:
-    def __init__(self, limiter: RateLimiter, host: str, port: int) -> None:
+    def __init__(
+        self, limiter: RateLimiter, host: str, port: int, *, metrics: Metrics | None = None
+    ) -> None:
         self._server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),
@@ -26,7 +29,7 @@ class GrpcServer:
             ]
         )
         rls_pb2_grpc.add_RateLimitServiceServicer_to_server(
-            RateLimitServicer(limiter), self._server
+            RateLimitServicer(limiter, metrics), self._server
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

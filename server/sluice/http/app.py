@@ -5,6 +5,7 @@
   RateLimitResponse as JSON: 200 when OK, 429 when over limit, 400 on bad input;
 - ``/rlconfig``: the live config version and every compiled rule, as text;
 - ``/status``: JSON detail: serving, config version and source, config database state;
+- ``/metrics``: Prometheus metrics;
 - ``/api/v1/…``: the policy write API (http/api.py), when a service is given.
 """
 
@@ -20,6 +21,7 @@ from sluice.errors import BackendUnavailableError, InvalidRequestError
 from sluice.grpc.convert import decision_to_json, request_from_json
 from sluice.http.api import add_api_routes
 from sluice.limiter import RateLimiter
+from sluice.metrics import CONTENT_TYPE, Metrics
 from sluice.model import Code
 from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
@@ -36,6 +38,7 @@ def make_app(
     max_body_bytes: int,
     service: PolicyService | None = None,
     api_token: str = "",
+    metrics: Metrics | None = None,
 ) -> web.Application:
     async def healthcheck(request: web.Request) -> web.Response:
         if healthy():
@@ -64,7 +67,13 @@ def make_app(
         body = {"serving": healthy(), **status()}
         return web.Response(text=json.dumps(body), content_type="application/json")
 
+    async def metrics_endpoint(request: web.Request) -> web.Response:
+        assert metrics is not None
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
     app = web.Application(client_max_size=max_body_bytes)
+    if metrics is not None:
+        app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/healthcheck", healthcheck)
     app.router.add_post("/json", json_endpoint)
     app.router.add_get("/rlconfig", rlconfig)

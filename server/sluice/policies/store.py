@@ -121,7 +121,7 @@ class PolicyStore:
     def __init__(self, url: str) -> None:
         self._redacted = redact_url(url)
         self._secrets: tuple[str, ...] = ()
-        with self._translated("open"):
+        with self.translated("open"):
             parsed = _normalise(make_url(url))
             if parsed.password:
                 password = str(parsed.password)
@@ -147,13 +147,13 @@ class PolicyStore:
         config = Config()
         # Config values go through ConfigParser interpolation, which treats "%" specially.
         config.set_main_option("script_location", str(_MIGRATIONS).replace("%", "%%"))
-        with self._translated("schema upgrade"), self._writing(_UPGRADE_LOCK) as conn:
+        with self.translated("schema upgrade"), self._writing(_UPGRADE_LOCK) as conn:
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
 
     def current(self) -> dict[str, StoredPolicy]:
         """The latest version of every domain that has a policy, sorted by domain."""
-        with self._translated("read current policies"), self._engine.connect() as conn:
+        with self.translated("read current policies"), self._engine.connect() as conn:
             latest = _latest(conn, None)
         return {domain: _policy(row) for domain, row in latest.items() if row.document is not None}
 
@@ -177,7 +177,7 @@ class PolicyStore:
         expected = dict(expected_versions or {})
         _check_domains([*documents, *expected])
         seen: dict[str, int] = {}
-        with self._translated("publish"):
+        with self.translated("publish"):
             try:
                 return self._publish(
                     documents, author, comment, expected, seen, dict(restored_from or {})
@@ -191,7 +191,7 @@ class PolicyStore:
     def change_token(self) -> int:
         """A number that grows with every publish that changed something; 0 when empty."""
         query = select(func.coalesce(func.max(policy_versions.c.id), 0))
-        with self._translated("read change token"), self._engine.connect() as conn:
+        with self.translated("read change token"), self._engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
     def history(self, domain: str) -> list[StoredPolicy]:
@@ -201,8 +201,13 @@ class PolicyStore:
             .where(policy_versions.c.domain == domain)
             .order_by(policy_versions.c.version.desc())
         )
-        with self._translated("read history"), self._engine.connect() as conn:
+        with self.translated("read history"), self._engine.connect() as conn:
             return [_policy(row) for row in conn.execute(query)]
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for other tables in the same database (usage telemetry)."""
+        return self._engine
 
     def close(self) -> None:
         """Close pooled connections; the store may still be used and will reconnect."""
@@ -268,7 +273,7 @@ class PolicyStore:
                 yield conn
 
     @contextmanager
-    def _translated(self, action: str) -> Iterator[None]:
+    def translated(self, action: str) -> Iterator[None]:
         """Turn driver and migration failures into ConfigDatabaseError without the password."""
         try:
             yield

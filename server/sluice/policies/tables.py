@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
     Integer,
@@ -23,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["UTCDateTime", "metadata", "policy_versions"]
+__all__ = ["UTCDateTime", "metadata", "policy_versions", "usage_counts", "usage_offenders"]
 
 # Explicit constraint names let later migrations drop or alter them on both backends.
 metadata = MetaData(
@@ -80,4 +81,29 @@ policy_versions = Table(
     # Backstop against two publishers numbering the same version.
     UniqueConstraint("domain", "version"),
     sqlite_autoincrement=True,
+)
+
+# Usage telemetry, written by every server once a second as additive upserts, so the figures
+# of all instances add up. resolution_s is 1 (kept for an hour) or 60 (kept for two days).
+usage_counts = Table(
+    "usage_counts",
+    metadata,
+    Column("rule", String(512), primary_key=True),
+    Column("resolution_s", Integer, primary_key=True),
+    Column("bucket_s", BigInteger, primary_key=True),
+    Column("allowed", BigInteger, nullable=False, default=0),
+    Column("over_limit", BigInteger, nullable=False, default=0),
+    Column("shadow_over_limit", BigInteger, nullable=False, default=0),
+    Column("near_limit", BigInteger, nullable=False, default=0),
+    Column("backend_errors", BigInteger, nullable=False, default=0),
+)
+
+# The heaviest over-limit keys of each rule, per minute.
+usage_offenders = Table(
+    "usage_offenders",
+    metadata,
+    Column("rule", String(512), primary_key=True),
+    Column("bucket_s", BigInteger, primary_key=True),
+    Column("key", String(1024), primary_key=True),
+    Column("hits", BigInteger, nullable=False),
 )

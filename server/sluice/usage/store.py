@@ -1,0 +1,148 @@
+"""Usage telemetry in the config database: additive upserts in, time series and top
+offenders out.
+
+Why the config database and not Redis: it is there in every deployment (the embedded one
+included), the admin app already reads it, and PostgreSQL aggregates several servers'
+figures with one ``INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n`` per flush. The
+write load is one small transaction per server per second, independent of request rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import Table, and_, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from sluice.policies.store import PolicyStore
+from sluice.policies.tables import usage_counts, usage_offenders
+from sluice.usage.recorder import COUNTER_NAMES
+
+__all__ = ["UsagePoint", "UsageStore"]
+
+SECOND, MINUTE = 1, 60
+RETENTION_S = {SECOND: 3600, MINUTE: 2 * 86400}
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    bucket_s: int
+    allowed: int
+    over_limit: int
+    shadow_over_limit: int
+    near_limit: int
+    backend_errors: int
+
+
+class UsageStore:
+    def __init__(self, store: PolicyStore) -> None:
+        self._db = store
+        dialect = store.engine.dialect.name
+        self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+    def add(
+        self,
+        counts: Mapping[tuple[str, int], list[int]],
+        offenders: Mapping[tuple[str, int], Mapping[str, int]],
+    ) -> None:
+        """Add counts per (rule, second) and offender hits per (rule, minute), atomically."""
+        count_rows = []
+        for (rule, second), values in counts.items():
+            for resolution in (SECOND, MINUTE):
+                row = {
+                    "rule": rule,
+                    "resolution_s": resolution,
+                    "bucket_s": second - second % resolution,
+                }
+                row.update(zip(COUNTER_NAMES, values, strict=True))
+                count_rows.append(row)
+        offender_rows = [
+            {"rule": rule, "bucket_s": minute, "key": key[:1024], "hits": hits}
+            for (rule, minute), keys in offenders.items()
+            for key, hits in keys.items()
+        ]
+        with self._db.translated("write usage"), self._db.engine.begin() as conn:
+            for table, rows, columns in (
+                (
+                    usage_counts,
+                    _merge(count_rows, ("rule", "resolution_s", "bucket_s")),
+                    COUNTER_NAMES,
+                ),
+                (usage_offenders, _merge(offender_rows, ("rule", "bucket_s", "key")), ("hits",)),
+            ):
+                if rows:
+                    conn.execute(self._additive_upsert(table, columns), rows)
+
+    def _additive_upsert(self, table: Table, columns: Iterable[str]):  # noqa: ANN202
+        statement = self._insert(table)
+        keys = [c.name for c in table.primary_key.columns]
+        return statement.on_conflict_do_update(
+            index_elements=keys,
+            set_={c: table.c[c] + statement.excluded[c] for c in columns},
+        )
+
+    def series(
+        self, rule_prefix: str, *, since_s: int, resolution_s: int = SECOND
+    ) -> dict[str, list[UsagePoint]]:
+        """Per rule (every rule starting with ``rule_prefix``): points since ``since_s``."""
+        query = (
+            select(usage_counts)
+            .where(
+                and_(
+                    usage_counts.c.rule.startswith(rule_prefix, autoescape=True),
+                    usage_counts.c.resolution_s == resolution_s,
+                    usage_counts.c.bucket_s >= since_s,
+                )
+            )
+            .order_by(usage_counts.c.rule, usage_counts.c.bucket_s)
+        )
+        out: dict[str, list[UsagePoint]] = {}
+        with self._db.translated("read usage"), self._db.engine.connect() as conn:
+            for row in conn.execute(query):
+                values = [getattr(row, name) for name in COUNTER_NAMES]
+                out.setdefault(row.rule, []).append(UsagePoint(row.bucket_s, *values))
+        return out
+
+    def top_offenders(self, rule: str, *, since_s: int, limit: int = 10) -> list[tuple[str, int]]:
+        total = func.sum(usage_offenders.c.hits).label("hits")
+        query = (
+            select(usage_offenders.c.key, total)
+            .where(usage_offenders.c.rule == rule, usage_offenders.c.bucket_s >= since_s)
+            .group_by(usage_offenders.c.key)
+            .order_by(total.desc(), usage_offenders.c.key)
+            .limit(limit)
+        )
+        with self._db.translated("read offenders"), self._db.engine.connect() as conn:
+            return [(row.key, int(row.hits)) for row in conn.execute(query)]
+
+    def expire(self, now_s: int) -> None:
+        """Drop what has aged out; idempotent, so any server may run it."""
+        with self._db.translated("expire usage"), self._db.engine.begin() as conn:
+            for resolution, keep_s in RETENTION_S.items():
+                conn.execute(
+                    delete(usage_counts).where(
+                        usage_counts.c.resolution_s == resolution,
+                        usage_counts.c.bucket_s < now_s - keep_s,
+                    )
+                )
+            conn.execute(
+                delete(usage_offenders).where(
+                    usage_offenders.c.bucket_s < now_s - RETENTION_S[MINUTE]
+                )
+            )
+
+
+def _merge(rows: list[dict[str, object]], key: tuple[str, ...]) -> list[dict[str, object]]:
+    """Sum rows with the same key: one upsert statement must not touch a row twice."""
+    merged: dict[tuple[object, ...], dict[str, object]] = {}
+    for row in rows:
+        k = tuple(row[name] for name in key)
+        if k not in merged:
+            merged[k] = dict(row)
+            continue
+        target = merged[k]
+        for name, value in row.items():
+            if name not in key:
+                target[name] = int(target[name]) + int(value)  # type: ignore[call-overload]
+    return list(merged.values())

@@ -1,0 +1,151 @@
+"""Usage telemetry against real databases and real servers: figures add up across instances,
+survive a store outage, and show in /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import grpc
+import pytest
+from sqlalchemy.engine import make_url
+
+from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice.clock import ManualClock
+from sluice.policies.store import PolicyStore
+from sluice.usage.flusher import UsageFlusher
+from sluice.usage.recorder import ALLOWED, OVER_LIMIT, UsageRecorder
+from sluice.usage.store import MINUTE, UsageStore
+from tests.support.processes import SluiceProcess, run_sluice, sluice_serve, wait_until
+from tests.support.tcp_proxy import TcpProxy
+
+POLICY = """domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 3}
+"""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'config.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_flushes_add_up_and_the_series_reads_them_back(database_url: str) -> None:
+    with PolicyStore(database_url) as store:
+        store.upgrade()
+        usage = UsageStore(store)
+        clock = ManualClock(1_000_020.4)
+        recorders = [UsageRecorder(), UsageRecorder()]  # two servers, one store
+        flushers = [UsageFlusher(r, usage, clock) for r in recorders]
+        for recorder in recorders:
+            recorder.record("shop.user", ALLOWED, cost=2)
+            recorder.record("shop.user", OVER_LIMIT, offender="user,mallory")
+        for flusher in flushers:
+            assert asyncio.run(flusher.flush_once())
+        clock.advance(1)
+        recorders[0].record("shop.user", OVER_LIMIT, offender="user,mallory")
+        recorders[0].record("shop.user", OVER_LIMIT, offender="user,eve")
+        asyncio.run(flushers[0].flush_once())
+
+        seconds = usage.series("shop.", since_s=1_000_000)["shop.user"]
+        assert [(p.bucket_s, p.allowed, p.over_limit) for p in seconds] == [
+            (1_000_020, 4, 2),
+            (1_000_021, 0, 2),
+        ]
+        [minute] = usage.series("shop.", since_s=0, resolution_s=MINUTE)["shop.user"]
+        assert (minute.bucket_s, minute.allowed, minute.over_limit) == (999_960 + 60, 4, 4)
+        assert usage.top_offenders("shop.user", since_s=0) == [("user,mallory", 3), ("user,eve", 1)]
+
+        usage.expire(1_000_021 + 3601)  # the per-second rows age out first
+        assert usage.series("shop.", since_s=0) == {}
+        assert usage.series("shop.", since_s=0, resolution_s=MINUTE) != {}
+
+
+def test_a_store_outage_loses_nothing(postgres_url: str) -> None:
+    real = make_url(postgres_url)
+    proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432)
+    through = real.set(port=proxy.port, query={"connect_timeout": "2"})
+    try:
+        with PolicyStore(through.render_as_string(hide_password=False)) as store:
+            store.upgrade()
+            recorder = UsageRecorder()
+            flusher = UsageFlusher(recorder, UsageStore(store), ManualClock(5_000_000))
+            recorder.record("shop.user", ALLOWED, cost=3)
+            assert asyncio.run(flusher.flush_once())
+            proxy.cut()
+            for _ in range(3):
+                recorder.record("shop.user", ALLOWED, cost=5)
+                assert not asyncio.run(flusher.flush_once())
+            assert flusher.failures == 3 and not flusher.store_up
+            proxy.restore()
+            assert asyncio.run(flusher.flush_once())
+        with PolicyStore(postgres_url) as direct:
+            [point] = UsageStore(direct).series("shop.", since_s=0)["shop.user"]
+            assert point.allowed == 3 + 15
+    finally:
+        proxy.close()
+
+
+def ask(server: SluiceProcess, user: str) -> None:
+    entry = ratelimit_pb2.RateLimitDescriptor.Entry(key="user", value=user)
+    request = rls_pb2.RateLimitRequest(
+        domain="shop", descriptors=[ratelimit_pb2.RateLimitDescriptor(entries=[entry])]
+    )
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(request, timeout=5)
+
+
+@pytest.fixture
+def two_servers(database_url: str, tmp_path: Path) -> Iterator[list[SluiceProcess]]:
+    (tmp_path / "p.yaml").write_text(POLICY)
+    assert (
+        run_sluice(["import", str(tmp_path / "p.yaml"), "--database-url", database_url]).returncode
+        == 0
+    )
+    with ExitStack() as stack:
+        servers = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(
+                stack.enter_context(
+                    sluice_serve(
+                        tmp_path / name,
+                        database_url=database_url,
+                        extra_args=["--usage-flush-interval-s", "0.2"],
+                    )
+                )
+            )
+        yield servers
+
+
+def test_two_servers_add_up_exactly_in_the_store(
+    two_servers: list[SluiceProcess], database_url: str
+) -> None:
+    a, b = two_servers
+    for n in range(5):
+        ask(a, "alice")  # 3 allowed, 2 over on a's own memory counters
+        ask(b, f"bob-{n}")  # 5 allowed
+    with PolicyStore(database_url) as store:
+        usage = UsageStore(store)
+
+        def totals() -> tuple[int, int]:
+            points = usage.series("shop.", since_s=0, resolution_s=MINUTE).get("shop.user", [])
+            return sum(p.allowed for p in points), sum(p.over_limit for p in points)
+
+        wait_until(lambda: totals() == (8, 2), 10, "both servers' figures in the store")
+        assert usage.top_offenders("shop.user", since_s=0) == [("user,alice", 2)]
+
+    with urllib.request.urlopen(a.http_url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    assert 'sluice_rule_hits_total{domain="shop",result="allowed",rule="shop.user"} 3.0' in text
+    assert 'sluice_rule_hits_total{domain="shop",result="over_limit",rule="shop.user"} 2.0' in text
+    assert "sluice_request_duration_seconds_bucket" in text
+    assert "sluice_config_database_up 1.0" in text
+    assert "process_resident_memory_bytes" in text
