@@ -7,7 +7,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any

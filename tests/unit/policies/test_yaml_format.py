@@ -11,7 +11,6 @@ from sluice.errors import ConfigError
 from sluice.model import DomainPolicy, RateLimit, Rule, Unit
 from sluice.policies.yaml_format import dump_policies, load_path, load_text
 
-
 LIMIT = (
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
     "      requests_per_unit: 1\n"
