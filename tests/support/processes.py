@@ -106,16 +106,18 @@ def sluice_serve(
         str(http_port),
         "--database-url",
         database_url,
-        *(["--config", str(config)] if config is not None else []),
+        *(["--config", str(Path(config).resolve())] if config is not None else []),
         *extra_args,
     ]
     log_path = workdir / f"sluice-{grpc_port}.log"
     log_file = open(log_path, "w")  # noqa: SIM115 (closed below, after the process)
+    # cwd: whatever the server writes beside itself (its snapshot cache) stays in workdir.
     process = subprocess.Popen(
         args,
         stdout=log_file,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=workdir,
         env={**os.environ, **(env or {})},
     )
     server = SluiceProcess(process, grpc_port, http_port, log_path)
