@@ -1,14 +1,14 @@
 -- fixed_window: sluice/algorithms/fixed_window.py, envoyproxy/ratelimit semantics: windows
 -- aligned to the epoch on whole seconds, every hit counted (refused ones too: the driver
--- commits fixed windows unconditionally). State: a hash, w = window start, c = its count,
--- incremented with HINCRBY; a new window replaces both.
+-- commits fixed windows unconditionally). State: a hash, w = window start, c = its count.
+-- The commit writes the stepped count (INCRBY inside the atomic script) rather than
+-- HINCRBY, so two limits sharing a key in one hit end as in the memory backend.
 ALGORITHMS['fixed_window'] = function(key, now, L, P, b, n)
   local now_s = math.floor(now)
   local start = now_s - now_s % P
   local stored = redis.call('HMGET', key, 'w', 'c')
   local count = 0
-  local same = stored[1] and tonumber(stored[1]) == start
-  if same then
+  if stored[1] and tonumber(stored[1]) == start then
     count = tonumber(stored[2])
   end
   count = count + n
@@ -18,11 +18,7 @@ ALGORITHMS['fixed_window'] = function(key, now, L, P, b, n)
     remaining = L - count
   end
   local commit = function()
-    if same then
-      redis.call('HINCRBY', key, 'c', int(n))
-    else
-      redis.call('HSET', key, 'w', int(start), 'c', int(count))
-    end
+    redis.call('HSET', key, 'w', int(start), 'c', int(count))
     redis.call('PEXPIRE', key, ttl_ms(start + P, now))
   end
   return result(allowed, remaining, start + P - now_s, 0, n <= L, commit)

@@ -1,0 +1,1 @@
+"""Redis backend: algorithm state in Redis, every decision one atomic Lua script call."""

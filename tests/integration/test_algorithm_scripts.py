@@ -1,0 +1,201 @@
+"""The Redis script decides exactly like the memory backend (the pure step functions).
+
+Differential and property-based: random traffic over random limits (several per hit,
+mixing algorithms) goes through ``MemoryBackend.apply_now`` and through the Lua script with
+the same explicit ``now``; every outcome field must match bit for bit, and every key the
+script wrote must carry a TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis.asyncio as aredis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.algorithms import ALGORITHMS, Limit, Outcome
+from sluice.backends import Hit
+from sluice.backends.memory import MemoryBackend
+from sluice.backends.redis.scripts import ApplyScript, decode_result, encode_args
+from tests.unit.algorithms._properties import start_times, time_steps
+
+
+class Harness:
+    """A private event loop and client, so synchronous hypothesis tests can await."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client = aredis.Redis.from_url(url)
+        self.script = ApplyScript(self.client)
+
+    def run(self, awaitable):
+        return self.loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        self.run(self.client.aclose())
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def harness(redis_server: str) -> Iterator[Harness]:
+    harness = Harness(redis_server)
+    yield harness
+    harness.close()
+
+
+@st.composite
+def limit_sets(draw: st.DrawFn, algorithms: tuple[str, ...]) -> tuple[Limit, ...]:
+    """1-3 limits of one counter.
+
+    Distinct (algorithm, period) pairs: the memory backend names state by them, so two limits
+    differing only in rate would share (and disagree about) one state.
+    """
+    kinds = st.tuples(st.sampled_from(algorithms), st.sampled_from([1, 2, 3, 60]))
+    limits = []
+    for algorithm, period in draw(st.lists(kinds, min_size=1, max_size=3, unique=True)):
+        rate = draw(st.one_of(st.integers(0, 6), st.just(50)))
+        limits.append(Limit(rate, period, algorithm, draw(st.integers(0, 6))))
+    return tuple(limits)
+
+
+@st.composite
+def traffic(draw: st.DrawFn, algorithms: tuple[str, ...] = ALGORITHMS):
+    rules = draw(st.lists(limit_sets(algorithms), min_size=1, max_size=3))
+    steps = []
+    for _ in range(draw(st.integers(1, 20))):
+        batch = []
+        for _ in range(draw(st.integers(1, 3))):
+            rule = draw(st.integers(0, len(rules) - 1))
+            batch.append(Hit((f"c{rule}",), rules[rule], draw(st.integers(0, 7))))
+        steps.append((draw(time_steps), batch))
+    return draw(start_times), steps
+
+
+def _keys(prefix: str, hits: list[Hit]) -> list[str]:
+    # The hash tag keeps an example's keys in one slot, as Redis Cluster would need.
+    return [
+        f"{{{prefix}}}:{hit.counter_key[0]}:{limit.algorithm}:{limit.period_s}"
+        for hit in hits
+        for limit in hit.limits
+    ]
+
+
+def _exact(outcomes: list[tuple[Outcome, ...]]) -> list[tuple[tuple, ...]]:
+    return [
+        tuple(
+            (o.allowed, o.remaining, float(o.reset_s).hex(), float(o.delay_s).hex(), o.fits)
+            for o in per_hit
+        )
+        for per_hit in outcomes
+    ]
+
+
+def _replay(harness: Harness, t0: float, steps: list[tuple[float, list[Hit]]]) -> None:
+    prefix = uuid.uuid4().hex
+    memory = MemoryBackend()
+    t = t0
+    try:
+        for dt, hits in steps:
+            t += dt
+            keys = _keys(prefix, hits)
+            expected = memory.apply_now(hits, t)
+            got = harness.run(harness.script(keys, hits, t))
+            assert _exact(got) == _exact(expected), (t, hits)
+            written = harness.run(harness.client.keys(f"{{{prefix}}}:*"))
+            for key in written:
+                assert harness.run(harness.client.pttl(key)) > 0, key
+    finally:
+        written = harness.run(harness.client.keys(f"{{{prefix}}}:*"))
+        if written:
+            harness.run(harness.client.delete(*written))
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_one_algorithm_matches_memory(harness: Harness, algorithm: str, data) -> None:
+    _replay(harness, *data.draw(traffic((algorithm,))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=traffic())
+def test_mixed_limits_match_memory(harness: Harness, case) -> None:
+    _replay(harness, *case)
+
+
+def test_worked_examples_through_redis(harness: Harness) -> None:
+    gcra = Hit(("g",), (Limit(3, 60, "gcra", 3),), 1)
+    leaky = Hit(("l",), (Limit(1, 1, "leaky_bucket", 3),), 1)
+    keys = [f"{{w}}:{uuid.uuid4().hex}", f"{{w}}:{uuid.uuid4().hex}"]
+    for _ in range(3):
+        harness.run(harness.script(keys, [gcra, leaky], 0.0))
+    (g,), (lk,) = harness.run(harness.script(keys, [gcra, leaky], 0.0))
+    assert g == Outcome(False, 0, 20.0)
+    assert lk == Outcome(False, 0, 1.0)
+    (g,), (lk,) = harness.run(harness.script(keys, [gcra, leaky], 1.0))
+    assert lk == Outcome(True, 0, 3.0, delay_s=2.0)
+
+
+def test_a_refused_hit_writes_nothing(harness: Harness) -> None:
+    key = f"{{r}}:{uuid.uuid4().hex}"
+    free = f"{{r}}:{uuid.uuid4().hex}"
+    hit = Hit(("r",), (Limit(1, 60, "token_bucket", 1), Limit(9, 60, "gcra", 9)), 1)
+    harness.run(harness.script([key, free], [hit], 100.0))
+    # A key without TTL (say, set by hand) must keep having none after a refused hit.
+    harness.run(harness.client.persist(key))
+    before = harness.run(harness.client.dump(key)), harness.run(harness.client.get(free))
+    ((bucket, gcra),) = harness.run(harness.script([key, free], [hit], 101.0))
+    assert not bucket.allowed and gcra.allowed
+    assert harness.run(harness.client.pttl(key)) == -1
+    after = harness.run(harness.client.dump(key)), harness.run(harness.client.get(free))
+    assert after == before
+
+
+def test_fixed_windows_count_refused_hits_and_other_limits_do_not(harness: Harness) -> None:
+    fixed, log = f"{{f}}:{uuid.uuid4().hex}", f"{{f}}:{uuid.uuid4().hex}"
+    hit = Hit(("f",), (Limit(5, 60, "fixed_window"), Limit(1, 60, "sliding_window_log")), 1)
+    for expected in (True, False, False):
+        ((_, outcome),) = harness.run(harness.script([fixed, log], [hit], 30.0))
+        assert outcome.allowed is expected
+    assert harness.run(harness.client.hget(fixed, "c")) == b"3"
+    assert harness.run(harness.client.zcard(log)) == 1
+
+
+def test_redis_clock_when_now_is_omitted(harness: Harness) -> None:
+    key = f"{{n}}:{uuid.uuid4().hex}"
+    hit = Hit(("n",), (Limit(3, 60, "gcra", 3),), 2)
+    ((outcome,),) = harness.run(harness.script([key], [hit]))
+    assert outcome == Outcome(True, 1, 40.0)
+    assert 0 < harness.run(harness.client.pttl(key)) <= 41_000
+
+
+def test_pipelines_queue_and_decode(harness: Harness) -> None:
+    key = f"{{p}}:{uuid.uuid4().hex}"
+    hits = [Hit(("p",), (Limit(2, 1, "leaky_bucket", 2),), 1)]
+    pipeline = harness.client.pipeline(transaction=False)
+    harness.run(harness.script.queue(pipeline, [key], hits, 5.0))
+    harness.run(harness.script.queue(pipeline, [key], hits, 5.0))
+    first, second = harness.run(pipeline.execute())
+    assert decode_result(first, hits) == [(Outcome(True, 1, 0.5),)]
+    assert decode_result(second, hits) == [(Outcome(True, 0, 1.0, delay_s=0.5),)]
+
+
+def test_survives_a_script_cache_flush(harness: Harness) -> None:
+    harness.run(harness.client.script_flush())
+    hits = [Hit(("s",), (Limit(1, 1, "fixed_window"),), 1)]
+    assert harness.run(harness.script([f"{{s}}:{uuid.uuid4().hex}"], hits, 1.0))[0][0].allowed
+
+
+def test_bad_calls_fail_before_writing(harness: Harness) -> None:
+    hits = [Hit(("b",), (Limit(1, 1, "fixed_window"),), 1)]
+    with pytest.raises(ValueError):
+        harness.run(harness.script(["a", "b"], hits, 1.0))
+    key = f"{{b}}:{uuid.uuid4().hex}"
+    args = encode_args(hits, 1.0) + ["1", "1", "no_such_algorithm", "1", "1", "0"]
+    with pytest.raises(Exception, match="unknown algorithm"):
+        harness.run(harness.client.evalsha(harness.script._script.sha, 2, key, key, *args))
+    assert harness.run(harness.client.exists(key)) == 0
