@@ -10,6 +10,9 @@ from aiohttp import web
 
 from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
+from sluice.backends.redis.backend import RedisBackend
+from sluice.backends.redis.connect import connect
+from sluice.backends.redis.over_limit_cache import OverLimitCache
 from sluice.clock import Clock, SystemClock
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
@@ -18,7 +21,7 @@ from sluice.metrics import Metrics
 from sluice.policies.reloader import SnapshotReloader
 from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
-from sluice.policies.store import PolicyStore
+from sluice.policies.store import PolicyStore, redact_url
 from sluice.settings import Settings
 from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import UsageRecorder
@@ -27,6 +30,25 @@ from sluice.usage.store import UsageStore
 __all__ = ["Sluice"]
 
 log = logging.getLogger("sluice")
+
+
+def _make_backend(settings: Settings) -> Backend:
+    if settings.backend != "redis":
+        return MemoryBackend(max_keys=settings.memory_max_keys)
+    log.info("algorithm state in Redis at %s", redact_url(settings.redis_url))
+    client = connect(
+        settings.redis_url,
+        pool_size=settings.redis_pool_size,
+        timeout_s=settings.redis_timeout_ms / 1000,
+    )
+    backend: Backend = RedisBackend(
+        client,
+        key_prefix=settings.redis_key_prefix,
+        max_concurrent_calls=settings.redis_pool_size,
+    )
+    if settings.local_cache:
+        backend = OverLimitCache(backend, max_keys=settings.local_cache_max_keys)
+    return backend
 
 
 class Sluice:
@@ -38,9 +60,7 @@ class Sluice:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
-        self.backend = (
-            backend if backend is not None else MemoryBackend(max_keys=settings.memory_max_keys)
-        )
+        self.backend = backend if backend is not None else _make_backend(settings)
         self.recorder = UsageRecorder(near_limit_ratio=settings.near_limit_ratio)
         self.metrics = Metrics(self._metric_state)
         self.limiter = RateLimiter(
@@ -51,6 +71,7 @@ class Sluice:
                 bounds=settings.request_bounds,
                 global_shadow_mode=settings.global_shadow_mode,
                 response_headers=settings.response_headers,
+                failure_mode=settings.redis_failure_mode,
             ),
             recorder=self.recorder,
         )

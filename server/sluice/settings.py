@@ -16,7 +16,9 @@ from typing import Any
 
 from sluice.bounds import RequestBounds
 
-__all__ = ["Settings", "add_arguments", "from_arguments"]
+__all__ = ["BACKENDS", "Settings", "add_arguments", "from_arguments"]
+
+BACKENDS = ("memory", "redis")
 
 
 def _setting(default: Any, help: str, *, secret: bool = False) -> Any:
@@ -33,9 +35,30 @@ class Settings:
     host: str = _setting("0.0.0.0", "Address both ports bind to.")
     grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
     http_port: int = _setting(8080, "HTTP port (/healthcheck, /json).")
-    backend: str = _setting("memory", "Where algorithm state lives: memory.")
+    backend: str = _setting("memory", "Where algorithm state lives: memory or redis.")
     memory_max_keys: int = _setting(
         1_000_000, "Memory backend: most counters kept; the least recently used is evicted."
+    )
+    redis_url: str = _setting(
+        "redis://127.0.0.1:6379/0",
+        "Redis backend: redis://, rediss:// (TLS), redis+sentinel://HOSTS/SERVICE[/DB] or "
+        "redis+cluster://HOSTS; HOSTS is HOST:PORT[,HOST:PORT...].",
+        secret=True,
+    )
+    redis_key_prefix: str = _setting("sluice:", "Redis backend: prefix of every key written.")
+    redis_timeout_ms: int = _setting(
+        100, "Redis backend: connect, read and pool-wait timeout of one round trip."
+    )
+    redis_pool_size: int = _setting(16, "Redis backend: most connections (per node on Cluster).")
+    redis_failure_mode: str = _setting(
+        "error",
+        "Redis backend unreachable: error (gRPC UNAVAILABLE, Envoy decides), allow or deny.",
+    )
+    local_cache: bool = _setting(
+        True, "Redis backend: refuse hits on counters known to be over limit without Redis."
+    )
+    local_cache_max_keys: int = _setting(
+        100_000, "Local over-limit cache: most counters remembered (least recently used go)."
     )
     global_shadow_mode: bool = _setting(
         False, "Answer OK overall even when a limit is exceeded; statuses still say OVER_LIMIT."
@@ -51,6 +74,12 @@ class Settings:
     http_max_body_bytes: int = _setting(65536, "Largest body the HTTP /json endpoint accepts.")
     api_token: str = _setting(
         "", "Bearer token for the policy write API (/api/v1); empty disables the API.", secret=True
+    )
+    admin_users: str = _setting(
+        "",
+        "Admin app users besides those in the database: NAME:ROLE:HASH,... (ROLE viewer or "
+        "editor; HASH from sluice admin-user add NAME --print).",
+        secret=True,
     )
     config_poll_interval_s: float = _setting(
         0.25, "How often to check the config database for a published change."
@@ -150,9 +179,28 @@ def from_arguments(
             continue
         values[f.name] = _convert(raw, type(f.default), origin)
     settings = Settings(**values)
-    if settings.backend != "memory":
-        raise ValueError(f"{flag_name('backend')}: unknown backend '{settings.backend}' (memory)")
+    _validate(settings)
     return settings
+
+
+def _validate(settings: Settings) -> None:
+    from sluice.limiter import FAILURE_MODES
+
+    if settings.backend not in BACKENDS:
+        raise ValueError(
+            f"{flag_name('backend')}: unknown backend '{settings.backend}' ({', '.join(BACKENDS)})"
+        )
+    if settings.redis_failure_mode not in FAILURE_MODES:
+        raise ValueError(
+            f"{flag_name('redis_failure_mode')}: '{settings.redis_failure_mode}' is not one of "
+            f"{', '.join(FAILURE_MODES)}"
+        )
+    if "{" in settings.redis_key_prefix or "}" in settings.redis_key_prefix:
+        # Braces would make Redis Cluster hash the prefix instead of the counter.
+        raise ValueError(f"{flag_name('redis_key_prefix')}: may not contain '{{' or '}}'")
+    for name in ("redis_timeout_ms", "redis_pool_size", "local_cache_max_keys"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"{flag_name(name)}: must be at least 1")
 
 
 def _convert(raw: Any, kind: type, origin: str) -> Any:

@@ -62,3 +62,11 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+# Private Redis deployments (standalone that tests may kill, Cluster, Sentinel).
+from tests.integration.redis_servers import (  # noqa: E402, F401
+    private_redis,
+    redis_cluster,
+    redis_sentinel,
+)

@@ -46,7 +46,14 @@ def test_boolean_flags_have_a_negative_form() -> None:
             "SLUICE_GLOBAL_SHADOW_MODE: 'maybe' is not a valid bool",
         ),
         (("--max-entries", "many"), {}, "--max-entries: 'many' is not a valid int"),
-        (("--backend", "etcd"), {}, "--backend: unknown backend 'etcd' (memory)"),
+        (("--backend", "etcd"), {}, "--backend: unknown backend 'etcd' (memory, redis)"),
+        (
+            (),
+            {"SLUICE_REDIS_FAILURE_MODE": "maybe"},
+            "--redis-failure-mode: 'maybe' is not one of allow, deny, error",
+        ),
+        (("--redis-key-prefix", "a{b}:"), {}, "--redis-key-prefix: may not contain '{' or '}'"),
+        (("--redis-pool-size", "0"), {}, "--redis-pool-size: must be at least 1"),
     ],
 )
 def test_bad_values_name_their_source(argv: tuple[str, ...], environ: dict, message: str) -> None:
@@ -58,6 +65,16 @@ def test_bad_values_name_their_source(argv: tuple[str, ...], environ: dict, mess
 def test_redacted_hides_the_database_password() -> None:
     settings = Settings(database_url="postgresql://u:secret@h:5432/d")
     assert settings.redacted()["database_url"] == "postgresql://u:***@h:5432/d"
+
+
+def test_redacted_hides_the_redis_password() -> None:
+    settings = Settings(redis_url="redis+sentinel://u:secret@h1:26379,h2:26379/main/0")
+    assert settings.redacted()["redis_url"] == "redis+sentinel://u:***@h1:26379,h2:26379/main/0"
+
+
+def test_local_cache_flag_has_a_negative_form() -> None:
+    assert from_arguments(parse("--no-local-cache"), {}).local_cache is False
+    assert from_arguments(parse(), {}).local_cache is True
 
 
 def test_docs_table_lists_every_setting_with_its_default() -> None:

@@ -1,0 +1,143 @@
+"""A ``redis.asyncio`` client from a URL, with a bounded pool and short timeouts.
+
+Accepted URLs:
+
+* ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`` and ``rediss://…`` (TLS); redis-py's query
+  options (e.g. ``?ssl_cert_reqs=none``) apply.
+* ``redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]…]/SERVICE[/DB]`` (and
+  ``rediss+sentinel://`` for TLS): the hosts are Sentinels (default port 26379) that name
+  the master of SERVICE. The credentials authenticate to the master; Sentinels are asked
+  without credentials.
+* ``redis+cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]…]`` (and
+  ``rediss+cluster://``): any reachable nodes of a Redis Cluster (default port 6379); the
+  rest of the cluster is discovered.
+
+Timeouts are short and redis-py's retries are off: a script call is not idempotent (a
+retry after a lost reply would count a hit twice), and the caller's failure mode, not a
+retry loop, decides what a dead Redis costs. The pool blocks (up to the timeout) instead of
+failing when every connection is busy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
+
+__all__ = ["RedisUrl", "connect", "parse_url"]
+
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+PLAIN_SCHEMES = ("redis", "rediss")
+
+
+@dataclass(frozen=True)
+class RedisUrl:
+    """A multi-host URL, parsed (``urllib`` cannot: it expects one host)."""
+
+    scheme: str
+    hosts: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    path: tuple[str, ...]  # non-empty segments
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme.startswith("rediss")
+
+
+def parse_url(url: str) -> RedisUrl:
+    """Parse a Sentinel or Cluster URL; errors never echo the URL (it may hold a password)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in SENTINEL_SCHEMES + CLUSTER_SCHEMES:
+        raise ValueError(f"not a redis+sentinel:// or redis+cluster:// URL (scheme {scheme!r})")
+    netloc, _, path = rest.partition("/")
+    path = path.partition("?")[0]
+    credentials, at, hostlist = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = credentials.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    default_port = 26379 if scheme in SENTINEL_SCHEMES else 6379
+    hosts = tuple(_host_port(item, default_port) for item in hostlist.split(",") if item)
+    if not hosts:
+        raise ValueError(f"{scheme}:// URL names no host")
+    return RedisUrl(scheme, hosts, username, password, tuple(p for p in path.split("/") if p))
+
+
+def _host_port(item: str, default_port: int) -> tuple[str, int]:
+    if item.startswith("["):  # [IPv6]:port
+        host, _, tail = item[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else ""
+    else:
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+    try:
+        return host, int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"bad port {port!r} in a Redis URL") from None
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """Sentinel's master discovery over a pool that waits for a free connection."""
+
+
+def connect(url: str, *, pool_size: int = 16, timeout_s: float = 0.1) -> Redis | RedisCluster:
+    """A client for ``url``; nothing connects until the first command."""
+    common: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    scheme = url.partition("://")[0]
+    if scheme in PLAIN_SCHEMES:
+        pool = BlockingConnectionPool.from_url(
+            url, max_connections=pool_size, timeout=timeout_s, **common
+        )
+        return Redis.from_pool(pool)
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel(parse_url(url), pool_size, timeout_s, common)
+    if scheme in CLUSTER_SCHEMES:
+        parsed = parse_url(url)
+        if parsed.path:
+            raise ValueError("a redis+cluster:// URL takes no path (Cluster has only DB 0)")
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
+            username=parsed.username,
+            password=parsed.password,
+            ssl=parsed.tls,
+            max_connections=pool_size,
+            **common,
+        )
+    raise ValueError(
+        f"unsupported Redis URL scheme {scheme!r}: use redis://, rediss://, "
+        "redis+sentinel:// or redis+cluster://"
+    )
+
+
+def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict) -> Redis:
+    if not parsed.path or len(parsed.path) > 2:
+        raise ValueError("a redis+sentinel:// URL needs /SERVICE_NAME[/DB] after the hosts")
+    service = parsed.path[0]
+    try:
+        db = int(parsed.path[1]) if len(parsed.path) == 2 else 0
+    except ValueError:
+        raise ValueError("the DB in a redis+sentinel:// URL must be a number") from None
+    sentinel = Sentinel(list(parsed.hosts), sentinel_kwargs={**common, "ssl": parsed.tls})
+    return sentinel.master_for(
+        service,
+        connection_pool_class=_BlockingSentinelPool,
+        max_connections=pool_size,
+        timeout=timeout_s,
+        db=db,
+        username=parsed.username,
+        password=parsed.password,
+        ssl=parsed.tls,
+        **common,
+    )

@@ -1,0 +1,114 @@
+"""A local cache of refusals in front of any backend, so a flood on a counter that is already
+over its limit stops costing round trips.
+
+When the inner backend refuses a hit and says how long the refusal lasts (the longest
+``reset_s`` of the limits that refused it; they are "never early"), hits on the same
+counter with the same limits and at least the same cost are refused here until then,
+without asking the inner backend. It only ever refuses, never admits, and only what the
+inner backend would refuse too: state changes by other hits can only consume capacity,
+never free it early, and a larger cost needs at least as long. So exactness holds. What it
+gives up: refused hits it answers are not counted by fixed windows (that count only feeds
+``remaining`` and the usage figures, which the limiter records itself), and the
+``remaining`` it reports is the one of the refusal it remembers.
+
+Shadow mode needs nothing here: the limiter turns a shadow rule's refusal into OK and
+records it as a shadow refusal whether the refusal came from here or from the inner backend;
+the wrapped backend never decides what a client is told.
+
+A hit refused because it can never fit (``fits`` false, no wait) is not cached. Entries
+are kept in LRU order up to ``max_keys`` and dropped once they run out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sluice.algorithms import Limit, Outcome
+from sluice.backends import Backend, Hit
+
+__all__ = ["OverLimitCache"]
+
+_Key = tuple[tuple[str, ...], tuple[Limit, ...]]
+
+
+class _Refusal:
+    __slots__ = ("at", "cost", "outcomes", "until")
+
+    def __init__(self, at: float, until: float, cost: int, outcomes: tuple[Outcome, ...]):
+        self.at = at
+        self.until = until
+        self.cost = cost
+        self.outcomes = outcomes
+
+
+class OverLimitCache:
+    def __init__(self, inner: Backend, *, max_keys: int = 100_000) -> None:
+        if max_keys < 1:
+            raise ValueError("max_keys must be at least 1")
+        self.inner = inner
+        self.max_keys = max_keys
+        self._refusals: OrderedDict[_Key, _Refusal] = OrderedDict()
+        self.local_refusals = 0  # hits answered here
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._refusals)
+
+    async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
+        refusals = self._refusals
+        if not refusals:  # the common case costs one check
+            outcomes = await self.inner.apply(hits, now)
+            self._remember(hits, outcomes, now)
+            return outcomes
+        local: dict[int, tuple[Outcome, ...]] = {}
+        for i, hit in enumerate(hits):
+            key = (hit.counter_key, hit.limits)
+            refusal = refusals.get(key)
+            if refusal is None:
+                continue
+            if now >= refusal.until:
+                del refusals[key]
+            elif hit.cost >= refusal.cost:
+                refusals.move_to_end(key)
+                local[i] = _aged(refusal, now)
+        if not local:
+            outcomes = await self.inner.apply(hits, now)
+            self._remember(hits, outcomes, now)
+            return outcomes
+        self.local_refusals += len(local)
+        rest = [hit for i, hit in enumerate(hits) if i not in local]
+        remote = iter(await self.inner.apply(rest, now) if rest else ())
+        merged = [local[i] if i in local else next(remote) for i in range(len(hits))]
+        self._remember(rest, [o for i, o in enumerate(merged) if i not in local], now)
+        return merged
+
+    async def close(self) -> None:
+        self._refusals.clear()
+        await self.inner.close()
+
+    def _remember(
+        self, hits: Sequence[Hit], outcomes: Sequence[tuple[Outcome, ...]], now: float
+    ) -> None:
+        for hit, per_limit in zip(hits, outcomes, strict=True):
+            wait = 0.0
+            for outcome in per_limit:
+                if not outcome.allowed and outcome.fits and outcome.reset_s > wait:
+                    wait = outcome.reset_s
+            if wait <= 0.0:
+                continue
+            key = (hit.counter_key, hit.limits)
+            self._refusals[key] = _Refusal(now, now + wait, hit.cost, per_limit)
+            self._refusals.move_to_end(key)
+            if len(self._refusals) > self.max_keys:
+                self._refusals.popitem(last=False)
+                self.evictions += 1
+
+
+def _aged(refusal: _Refusal, now: float) -> tuple[Outcome, ...]:
+    """The remembered outcomes as they read ``now``: every wait shorter by the time passed."""
+    elapsed = now - refusal.at
+    if elapsed <= 0:
+        return refusal.outcomes
+    return tuple(replace(o, reset_s=max(o.reset_s - elapsed, 0.0)) for o in refusal.outcomes)

@@ -1,0 +1,114 @@
+"""The over-limit cache refuses locally only what its backend would refuse anyway."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.algorithms import ALGORITHMS, Limit
+from sluice.backends import Hit
+from sluice.backends.memory import MemoryBackend
+from sluice.backends.redis.over_limit_cache import OverLimitCache
+from tests.unit.algorithms._properties import limits, start_times, time_steps
+
+
+def run(awaitable):
+    return asyncio.run(awaitable)
+
+
+@st.composite
+def traffic(draw: st.DrawFn):
+    rules = [
+        tuple(draw(st.lists(st.sampled_from(ALGORITHMS).flatmap(limits), min_size=1, max_size=2)))
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    steps = []
+    for _ in range(draw(st.integers(1, 40))):
+        rule = draw(st.integers(0, len(rules) - 1))
+        hits = [Hit(("c", str(rule)), rules[rule], draw(st.integers(0, 4)))]
+        steps.append((draw(time_steps), hits))
+    return draw(start_times), steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(traffic())
+def test_admits_and_refuses_exactly_like_the_backend_alone(example) -> None:
+    now, steps = example
+    plain = MemoryBackend()
+    cached = OverLimitCache(MemoryBackend(), max_keys=2)
+
+    async def check() -> None:
+        t = now
+        for step, hits in steps:
+            t += step
+            expected = plain.apply_now(hits, t)
+            got = await cached.apply(hits, t)
+            assert all(
+                all(o.allowed for o in h) == all(o.allowed for o in e)
+                for h, e in zip(got, expected, strict=True)
+            )
+
+    run(check())
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.inner = MemoryBackend()
+        self.calls = 0
+
+    async def apply(self, hits, now):
+        self.calls += 1
+        return self.inner.apply_now(hits, now)
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_flood_over_the_limit_stays_local_until_the_wait_is_over() -> None:
+    inner = Counting()
+    cache = OverLimitCache(inner)
+    hit = Hit(("d", "k"), (Limit(5, 60),), 1)
+
+    async def flood(now: float, n: int) -> int:
+        admitted = 0
+        for _ in range(n):
+            [outcomes] = await cache.apply([hit], now)
+            admitted += outcomes[0].allowed
+        return admitted
+
+    assert run(flood(0.0, 100)) == 5
+    assert inner.calls == 6  # five admitted, one refusal learnt
+    assert cache.local_refusals == 94
+    # Smaller hits still ask: they might fit where the refused cost did not.
+    run(cache.apply([Hit(("d", "k"), (Limit(5, 60),), 0)], 1.0))
+    assert inner.calls == 7
+    # The remembered wait shrinks as time passes, and ends with the window.
+    [refused] = run(cache.apply([hit], 30.0))
+    assert not refused[0].allowed and refused[0].reset_s == 30.0
+    assert run(flood(60.0, 10)) == 5
+
+
+def test_a_request_mixes_local_and_remote_answers_in_order() -> None:
+    inner = Counting()
+    cache = OverLimitCache(inner)
+    over = Hit(("d", "over"), (Limit(1, 60),), 1)
+    fresh = Hit(("d", "fresh"), (Limit(3, 60),), 1)
+    run(cache.apply([over, over], 0.0))
+    calls = inner.calls
+    first, second, third = run(cache.apply([fresh, over, fresh], 1.0))
+    assert inner.calls == calls + 1
+    assert (first[0].allowed, second[0].allowed, third[0].allowed) == (True, False, True)
+    assert (first[0].remaining, third[0].remaining) == (2, 1)
+
+
+def test_the_cache_is_bounded() -> None:
+    cache = OverLimitCache(MemoryBackend(), max_keys=3)
+    for n in range(10):
+        hit = Hit(("d", str(n)), (Limit(0, 60, "gcra", 1),), 2)  # never fits: not cached
+        run(cache.apply([hit, hit], 0.0))
+        over = Hit(("d", f"o{n}"), (Limit(1, 60),), 1)
+        run(cache.apply([over, over], 0.0))
+    assert len(cache) == 3
+    assert cache.evictions == 7
