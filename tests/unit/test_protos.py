@@ -51,6 +51,18 @@ def test_generated_tree_is_up_to_date() -> None:
         cwd=REPO_ROOT,
     )
     assert proc.returncode == 0, (
-        f"server/sluice/_proto is stale; run `python protos/generate.py`:\n"
-        f"{proc.stdout}{proc.stderr}"
+        f"generated stubs are stale; run `python protos/generate.py`:\n{proc.stdout}{proc.stderr}"
     )
+    # Both trees: the server's and the Python client's.
+    assert "server/sluice/_proto is up to date" in proc.stdout
+    assert "clients/python/sluice_client/_proto is up to date" in proc.stdout
+
+
+def test_server_and_client_stubs_share_one_descriptor_pool_entry() -> None:
+    """The client's copy registers the same serialized files, so a process that imports both
+    packages (the server's tests, an app embedding both) sees one definition, not a clash."""
+    from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2 as server_rls
+    from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2 as client_rls
+
+    assert server_rls.DESCRIPTOR is client_rls.DESCRIPTOR
+    assert server_rls.RateLimitRequest.DESCRIPTOR is client_rls.RateLimitRequest.DESCRIPTOR

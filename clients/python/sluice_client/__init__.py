@@ -1,0 +1,39 @@
+"""Python client for Sluice, the rate-limit service speaking Envoy's RLS v3 API.
+
+``Client`` (blocking) and ``AsyncClient`` (asyncio) ask ``check()`` once or ``acquire()``
+(wait until admitted, up to a bound). Integrations: ``sluice_client.asgi`` (middleware) and
+``sluice_client.grpc_interceptor`` (grpc.aio servers). Exceptions: see ``sluice_client.errors``.
+"""
+
+from __future__ import annotations
+
+from sluice_client.aio import AsyncClient
+from sluice_client.client import Client
+from sluice_client.errors import InvalidRequest, RateLimited, SluiceError, SluiceUnavailable
+from sluice_client.headers import rate_limit_headers
+from sluice_client.types import (
+    Decision,
+    Descriptor,
+    DescriptorDecision,
+    DescriptorLike,
+    Limit,
+    OnUnavailable,
+)
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "Decision",
+    "Descriptor",
+    "DescriptorDecision",
+    "DescriptorLike",
+    "InvalidRequest",
+    "Limit",
+    "OnUnavailable",
+    "RateLimited",
+    "SluiceError",
+    "SluiceUnavailable",
+    "rate_limit_headers",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,129 @@
+"""AsyncClient: Client's API over grpc.aio, for asyncio applications (the ASGI middleware
+and the gRPC interceptor use it). Only I/O lives here, as in client.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sluice_client import _wire
+from sluice_client._acquire import next_step
+from sluice_client._channel import ChannelConfig, PemSource, channel_config
+from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
+from sluice_client.types import Decision, DescriptorLike, OnUnavailable
+
+__all__ = ["AsyncClient"]
+
+
+class AsyncClient:
+    """An asyncio Sluice client; the same arguments and behaviour as ``Client``.
+
+    The channel is opened on first use, inside the running event loop: an AsyncClient may be
+    built at import time (as ASGI apps usually are) before any loop exists. Use it from one
+    event loop only.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout_s: float = _wire.DEFAULT_TIMEOUT_S,
+        on_unavailable: OnUnavailable = "allow",
+        tls: bool = False,
+        root_certificates: PemSource | None = None,
+        certificate_chain: PemSource | None = None,
+        private_key: PemSource | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._timeout_s = _wire.check_timeout(timeout_s)
+        self._on_unavailable = _wire.check_on_unavailable(on_unavailable)
+        self._metadata = tuple(metadata)
+        self._config: ChannelConfig = channel_config(
+            target,
+            credentials=credentials,
+            tls=tls,
+            root_certificates=root_certificates,
+            certificate_chain=certificate_chain,
+            private_key=private_key,
+            options=options,
+        )
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: rls_pb2_grpc.RateLimitServiceStub | None = None
+
+    def _get_stub(self) -> rls_pb2_grpc.RateLimitServiceStub:
+        if self._stub is None:
+            config = self._config
+            if config.credentials is None:
+                self._channel = grpc.aio.insecure_channel(config.target, options=config.options)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    config.target, config.credentials, options=config.options
+                )
+            self._stub = rls_pb2_grpc.RateLimitServiceStub(self._channel)
+        return self._stub
+
+    async def check(
+        self,
+        domain: str,
+        descriptors: Sequence[DescriptorLike],
+        *,
+        hits: int = 1,
+        timeout_s: float | None = None,
+    ) -> Decision:
+        """Ask Sluice once; ``hits`` are counted against every descriptor's limit."""
+        request = _wire.build_request(domain, descriptors, hits=hits)
+        timeout = self._timeout_s if timeout_s is None else _wire.check_timeout(timeout_s)
+        try:
+            response = await self._get_stub().ShouldRateLimit(
+                request, timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            return _wire.decision_from_error(
+                exc, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
+            )
+        return _wire.parse_response(response)
+
+    async def acquire(
+        self,
+        domain: str,
+        descriptors: Sequence[DescriptorLike],
+        *,
+        max_wait_s: float,
+        hits: int = 1,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> Decision:
+        """As ``Client.acquire``, waiting with ``await sleep(...)``."""
+        deadline = clock() + max_wait_s
+        while True:
+            decision = await self.check(domain, descriptors, hits=hits, timeout_s=timeout_s)
+            step = next_step(decision, budget_s=deadline - clock(), max_wait_s=max_wait_s)
+            if step.wait_s > 0:
+                await sleep(step.wait_s)
+            if step.done:
+                return decision
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = self._stub = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

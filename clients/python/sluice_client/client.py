@@ -1,0 +1,121 @@
+"""Client: the blocking client. Only I/O lives here; requests, responses, failure choices
+and acquire()'s waiting policy come from the shared pure modules."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from sluice_client import _wire
+from sluice_client._acquire import next_step
+from sluice_client._channel import PemSource, channel_config
+from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
+from sluice_client.types import Decision, DescriptorLike, OnUnavailable
+
+__all__ = ["Client"]
+
+
+class Client:
+    """A blocking Sluice client over one gRPC channel, reused by every call; thread-safe.
+
+    ``on_unavailable`` decides what a call returns when Sluice cannot be asked (unreachable,
+    past the deadline, failing): ``"allow"`` (an allowed Decision with ``degraded=True``, as
+    Envoy's ``failure_mode_deny: false``), ``"deny"`` (a refused degraded one) or ``"raise"``
+    (SluiceUnavailable). Transport: plaintext unless ``tls``, PEM ``root_certificates`` /
+    ``certificate_chain`` + ``private_key`` (mTLS; bytes or a file path) or ready
+    ``credentials`` are given.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout_s: float = _wire.DEFAULT_TIMEOUT_S,
+        on_unavailable: OnUnavailable = "allow",
+        tls: bool = False,
+        root_certificates: PemSource | None = None,
+        certificate_chain: PemSource | None = None,
+        private_key: PemSource | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._timeout_s = _wire.check_timeout(timeout_s)
+        self._on_unavailable = _wire.check_on_unavailable(on_unavailable)
+        self._metadata = tuple(metadata)
+        config = channel_config(
+            target,
+            credentials=credentials,
+            tls=tls,
+            root_certificates=root_certificates,
+            certificate_chain=certificate_chain,
+            private_key=private_key,
+            options=options,
+        )
+        if config.credentials is None:
+            self._channel = grpc.insecure_channel(config.target, options=config.options)
+        else:
+            self._channel = grpc.secure_channel(
+                config.target, config.credentials, options=config.options
+            )
+        self._stub = rls_pb2_grpc.RateLimitServiceStub(self._channel)
+
+    def check(
+        self,
+        domain: str,
+        descriptors: Sequence[DescriptorLike],
+        *,
+        hits: int = 1,
+        timeout_s: float | None = None,
+    ) -> Decision:
+        """Ask Sluice once; ``hits`` are counted against every descriptor's limit."""
+        request = _wire.build_request(domain, descriptors, hits=hits)
+        timeout = self._timeout_s if timeout_s is None else _wire.check_timeout(timeout_s)
+        try:
+            response = self._stub.ShouldRateLimit(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            return _wire.decision_from_error(
+                exc, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
+            )
+        return _wire.parse_response(response)
+
+    def acquire(
+        self,
+        domain: str,
+        descriptors: Sequence[DescriptorLike],
+        *,
+        max_wait_s: float,
+        hits: int = 1,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Decision:
+        """Check, and wait until the request may go ahead: a leaky bucket's delay, or a
+        refusal's retry-after followed by another check, for at most ``max_wait_s`` in all.
+        Returns the admitting decision; raises RateLimited (carrying the last decision)."""
+        deadline = clock() + max_wait_s
+        while True:
+            decision = self.check(domain, descriptors, hits=hits, timeout_s=timeout_s)
+            step = next_step(decision, budget_s=deadline - clock(), max_wait_s=max_wait_s)
+            if step.wait_s > 0:
+                sleep(step.wait_s)
+            if step.done:
+                return decision
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

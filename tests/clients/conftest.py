@@ -1,0 +1,79 @@
+"""Fixtures for the client tests: one live ``sluice serve`` for the whole session, and targets
+where no Sluice answers (nothing listening; a listener that never speaks).
+
+Tests share the server, so each one checks its own fresh descriptor values (``unique``).
+Counting limits are per hour: a fixed window turning over mid-test would reset the counts.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.processes import SluiceProcess, free_port, sluice_serve
+
+DOMAIN = "clients"
+
+POLICY = f"""\
+domain: {DOMAIN}
+descriptors:
+  - key: user
+    rate_limit: {{name: per-user, unit: hour, requests_per_unit: 3}}
+  - key: shaped
+    rate_limit:
+      name: shaped
+      unit: second
+      requests_per_unit: 2
+      algorithm: leaky_bucket
+      burst: 4
+  - key: paced
+    rate_limit: {{unit: second, requests_per_unit: 5, algorithm: leaky_bucket, burst: 1}}
+  - key: blocked
+    rate_limit: {{unit: second, requests_per_unit: 0}}
+  - key: client
+    rate_limit: {{name: per-client, unit: hour, requests_per_unit: 2}}
+  - key: grpc_method
+    descriptors:
+      - key: tenant
+        rate_limit: {{name: per-tenant-method, unit: hour, requests_per_unit: 2}}
+"""
+
+
+@pytest.fixture(scope="session")
+def sluice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceProcess]:
+    """``sluice serve`` with the policy above and ``--response-headers``."""
+    workdir = tmp_path_factory.mktemp("sluice-clients")
+    policy = workdir / "policy.yaml"
+    policy.write_text(POLICY)
+    with sluice_serve(workdir, config=policy, extra_args=["--response-headers"]) as server:
+        yield server
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def unreachable_target() -> str:
+    """A loopback port with nothing listening: connections are refused at once."""
+    return f"127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def black_hole_target() -> Iterator[str]:
+    """A port whose TCP handshakes complete (the kernel's backlog) but that never sends a
+    byte: a Sluice that hangs, without mocking anything."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def domain() -> str:
+    """The domain of the session server's policy."""
+    return DOMAIN
