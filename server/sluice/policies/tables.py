@@ -24,7 +24,14 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["UTCDateTime", "metadata", "policy_versions", "usage_counts", "usage_offenders"]
+__all__ = [
+    "UTCDateTime",
+    "admin_users",
+    "metadata",
+    "policy_versions",
+    "usage_counts",
+    "usage_offenders",
+]
 
 # Explicit constraint names let later migrations drop or alter them on both backends.
 metadata = MetaData(
@@ -106,4 +113,15 @@ usage_offenders = Table(
     Column("bucket_s", BigInteger, primary_key=True),
     Column("key", String(1024), primary_key=True),
     Column("hits", BigInteger, nullable=False),
+)
+
+# Users of the admin app (besides those given by the --admin-users setting). Only a slow,
+# salted hash of each password is stored; role is "viewer" or "editor".
+admin_users = Table(
+    "admin_users",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("password_hash", String(512), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
 )

@@ -1,0 +1,39 @@
+"""Entry point of the admin app: the sign-in gate, then navigation over the pages.
+
+Until someone signs in, the only page registered is the sign-in page, so no other page can
+be reached by URL either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from sluice_admin import session
+
+VIEWS = Path(__file__).with_name("views")
+
+PAGES = [
+    ("overview.py", "Overview", ":material/monitoring:"),
+    ("rules.py", "Rules", ":material/rule:"),
+    ("live.py", "Live usage", ":material/show_chart:"),
+    ("what_if.py", "What-if", ":material/science:"),
+    ("history.py", "History", ":material/history:"),
+    ("transfer.py", "Import / export", ":material/swap_vert:"),
+]
+
+st.set_page_config(page_title="Sluice admin", layout="wide")
+
+user = session.user()
+if user is None:
+    navigation = st.navigation([st.Page(VIEWS / "sign_in.py", title="Sign in")])
+else:
+    navigation = st.navigation(
+        [st.Page(VIEWS / name, title=title, icon=icon) for name, title, icon in PAGES]
+    )
+    st.sidebar.text(f"Signed in as {user.name} ({user.role.value})")
+    if st.sidebar.button("Sign out", key="sign_out"):
+        session.sign_out()
+        st.rerun()
+navigation.run()

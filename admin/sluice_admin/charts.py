@@ -1,0 +1,118 @@
+"""Altair charts for the pages; every chart has a time axis and a labelled unit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import altair as alt
+import pandas as pd
+
+from sluice_admin.metrics import Row
+from sluice_admin.whatif import Replay
+
+__all__ = ["sparkline", "traffic", "what_if"]
+
+_COLORS = alt.Scale(
+    domain=["admitted", "rejected", "rejected (shadow)"],
+    range=["#4c9a2a", "#d1495b", "#edae49"],
+)
+
+
+def _time(bucket_s: int) -> datetime:
+    return datetime.fromtimestamp(bucket_s, UTC)
+
+
+def _unit(resolution_s: int) -> str:
+    return "requests / s" if resolution_s == 1 else "requests / min"
+
+
+def sparkline(rows: Sequence[Row]) -> alt.Chart:
+    frame = pd.DataFrame(
+        {
+            "time": [_time(r.bucket_s) for r in rows],
+            "requests": [r.admitted + r.rejected + r.shadow_rejected for r in rows],
+            "rejected": [r.rejected for r in rows],
+        }
+    ).melt("time", var_name="series", value_name="per second")
+    return (
+        alt.Chart(frame)
+        .mark_line(strokeWidth=1.5)
+        .encode(
+            x=alt.X("time:T", title="time (UTC)", axis=alt.Axis(format="%H:%M", labelAngle=0)),
+            y=alt.Y("per second:Q", title="req / s"),
+            color=alt.Color(
+                "series:N",
+                scale=alt.Scale(domain=["requests", "rejected"], range=["#30638e", "#d1495b"]),
+                legend=alt.Legend(orient="bottom", title=None),
+            ),
+        )
+        .properties(height=120)
+    )
+
+
+def traffic(rows: Sequence[Row], resolution_s: int) -> alt.Chart:
+    """Admitted vs rejected per bucket, stacked."""
+    frame = pd.DataFrame(
+        {
+            "time": [_time(r.bucket_s) for r in rows],
+            "admitted": [r.admitted for r in rows],
+            "rejected": [r.rejected for r in rows],
+            "rejected (shadow)": [r.shadow_rejected for r in rows],
+        }
+    ).melt("time", var_name="outcome", value_name="requests")
+    return (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("time:T", title="time (UTC)"),
+            y=alt.Y("requests:Q", stack="zero", title=_unit(resolution_s)),
+            color=alt.Color("outcome:N", scale=_COLORS, title=None),
+            tooltip=["time:T", "outcome:N", "requests:Q"],
+        )
+        .properties(height=260)
+    )
+
+
+def what_if(proposed: Replay, current: Replay | None, *, relative: bool = False) -> alt.Chart:
+    """The proposal's admitted/rejected per second, stacked; the current rule's rejections
+    as a line on top. ``relative``: the x axis is seconds from the start (synthetic traffic)."""
+    start = proposed.seconds[0].second if proposed.seconds else 0
+
+    def x(second: int) -> object:
+        return second - start if relative else _time(second)
+
+    frame = pd.DataFrame(
+        [
+            {"time": x(s.second), "outcome": outcome, "requests": count}
+            for s in proposed.seconds
+            for outcome, count in (("admitted", s.admitted), ("rejected", s.rejected))
+        ],
+        columns=["time", "outcome", "requests"],
+    )
+    x_axis = (
+        alt.X("time:Q", title="seconds from start")
+        if relative
+        else alt.X("time:T", title="time (UTC)")
+    )
+    layers = (
+        alt.Chart(frame)
+        .mark_area(interpolate="step-after", opacity=0.8)
+        .encode(
+            x=x_axis,
+            y=alt.Y("requests:Q", stack="zero", title="requests / s"),
+            color=alt.Color("outcome:N", scale=_COLORS, title="proposed"),
+        )
+    )
+    if current is not None:
+        now = pd.DataFrame(
+            [{"time": x(s.second), "rejected now": s.rejected} for s in current.seconds],
+            columns=["time", "rejected now"],
+        )
+        line = (
+            alt.Chart(now)
+            .mark_line(color="black", strokeDash=[4, 3], strokeWidth=1.5)
+            .encode(x=x_axis, y=alt.Y("rejected now:Q", title="requests / s"))
+        )
+        layers = alt.layer(layers, line)
+    return layers.properties(height=280)

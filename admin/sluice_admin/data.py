@@ -1,0 +1,155 @@
+"""The admin app's only door to the config database.
+
+Every policy change goes through :class:`sluice.policies.service.PolicyService`, the same
+code the HTTP API and the CLI run, so a change made here is validated, versioned and refused
+when stale exactly as it would be there. Roles are enforced here, not only by hiding buttons:
+a viewer's session cannot publish even if the UI were bypassed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import insert, select, update
+
+from sluice.errors import SluiceError
+from sluice.model import DomainPolicy
+from sluice.policies.service import DomainNotFoundError, DomainView, PolicyService, Version
+from sluice.policies.store import PolicyStore
+from sluice.policies.tables import admin_users
+from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT
+from sluice.usage.store import SECOND, UsagePoint, UsageStore
+from sluice_admin.auth import Account, Role, User
+from sluice_admin.pending import pending_text
+
+__all__ = ["AdminData", "NotAllowedError"]
+
+# The source name validation messages carry for a policy edited in the app ("pending:12: …").
+PENDING_SOURCE = "pending"
+
+
+class NotAllowedError(SluiceError):
+    """The signed-in user's role does not allow this change."""
+
+
+class AdminData:
+    def __init__(self, store: PolicyStore, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> None:
+        self._store = store
+        self._policies = PolicyService(store, max_log_limit=max_log_limit)
+        self._usage = UsageStore(store)
+
+    @classmethod
+    def open(cls, url: str, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> AdminData:
+        """Connect and bring the schema up to date; ConfigDatabaseError if unreachable."""
+        store = PolicyStore(url)
+        store.upgrade()
+        return cls(store, max_log_limit=max_log_limit)
+
+    def close(self) -> None:
+        self._store.close()
+
+    # -- policies: reading -------------------------------------------------------------------
+
+    def domains(self) -> list[DomainView]:
+        return self._policies.domains()
+
+    def get(self, domain: str) -> DomainView | None:
+        try:
+            return self._policies.get(domain)
+        except DomainNotFoundError:
+            return None
+
+    def history(self, domain: str) -> list[Version]:
+        try:
+            return self._policies.history(domain)
+        except DomainNotFoundError:
+            return []
+
+    def validate_descriptors(
+        self, domain: str, descriptors: list[dict[str, object]]
+    ) -> DomainPolicy:
+        """A domain's rules (as YAML mappings) through the server's loader; ConfigError with
+        the loader's own messages, lines counted in :func:`pending_text`'s output."""
+        return self.validate_document(pending_text(domain, descriptors), PENDING_SOURCE)[0]
+
+    def validate_document(self, text: str, source: str) -> list[DomainPolicy]:
+        return self._policies.validate([(source, text)])
+
+    # -- policies: changing (editors only) ---------------------------------------------------
+
+    def publish(
+        self, user: User, policy: DomainPolicy, *, base_version: int, comment: str
+    ) -> int | None:
+        """The new version, or None when the rules equal the live ones; StaleVersionError
+        when someone else published since ``base_version`` (0: the domain must be new)."""
+        _require_editor(user, "publish")
+        changed = self._policies.publish(
+            [policy],
+            author=user.name,
+            comment=comment,
+            base_versions={policy.domain: base_version},
+        )
+        return changed.get(policy.domain)
+
+    def rollback(
+        self, user: User, domain: str, to_version: int, *, base_version: int, comment: str = ""
+    ) -> int | None:
+        _require_editor(user, "roll back")
+        return self._policies.rollback(
+            domain, to_version, author=user.name, comment=comment, base_version=base_version
+        )
+
+    def import_document(
+        self, user: User, text: str, source: str, *, comment: str
+    ) -> dict[str, int]:
+        """Validate every domain in ``text`` first, then publish them together."""
+        _require_editor(user, "import")
+        policies = self._policies.validate([(source, text)])
+        return self._policies.publish(policies, author=user.name, comment=comment)
+
+    # -- usage telemetry ---------------------------------------------------------------------
+
+    def usage(
+        self, domain: str, *, since_s: int, resolution_s: int = SECOND
+    ) -> dict[str, list[UsagePoint]]:
+        """Per rule id of ``domain`` (``domain.key_value…``): points since ``since_s``."""
+        return self._usage.series(f"{domain}.", since_s=since_s, resolution_s=resolution_s)
+
+    def usage_of(
+        self, rule_id: str, *, since_s: int, resolution_s: int = SECOND
+    ) -> list[UsagePoint]:
+        """One rule's points (not those of the rules nested under it)."""
+        series = self._usage.series(rule_id, since_s=since_s, resolution_s=resolution_s)
+        return series.get(rule_id, [])
+
+    def top_offenders(self, rule_id: str, *, since_s: int) -> list[tuple[str, int]]:
+        return self._usage.top_offenders(rule_id, since_s=since_s)
+
+    # -- users -------------------------------------------------------------------------------
+
+    def accounts(self) -> dict[str, Account]:
+        query = select(admin_users.c.name, admin_users.c.role, admin_users.c.password_hash)
+        with self._store.translated("read admin users"), self._store.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {r.name: Account(r.name, Role(r.role), r.password_hash) for r in rows}
+
+    def save_account(self, account: Account) -> bool:
+        """Create or replace a user; True if it was new."""
+        values = {"role": account.role.value, "password_hash": account.password_hash}
+        with self._store.translated("write admin user"), self._store.engine.begin() as conn:
+            updated = conn.execute(
+                update(admin_users).where(admin_users.c.name == account.name).values(values)
+            ).rowcount
+            if updated:
+                return False
+            conn.execute(
+                insert(admin_users).values(
+                    name=account.name, created_at=datetime.now(UTC), **values
+                )
+            )
+        return True
+
+
+def _require_editor(user: User, action: str) -> None:
+    if not user.can_edit:
+        raise NotAllowedError(f"{user.name} is a {user.role.value}: only editors may {action}")

@@ -1,0 +1,83 @@
+"""Live usage: per rule, admitted vs rejected over time, refreshing by itself."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from sluice.usage.store import MINUTE, SECOND
+from sluice_admin import charts, metrics, session
+from sluice_admin.data import AdminData
+
+# label: (seconds shown, resolution). Per-second data is kept for an hour, per-minute for two
+# days (sluice/usage/store.py), hence the switch.
+RANGES = {
+    "5 min": (300, SECOND),
+    "1 h": (3600, MINUTE),
+    "24 h": (86400, MINUTE),
+}
+REFRESH_S = 1.5
+
+
+def render() -> None:
+    st.title("Live usage")
+    data = session.data()
+    with session.guarded():
+        domain = session.choose_domain([d.domain for d in data.domains()])
+        if domain is None:
+            st.info("No policies yet, so no usage to show.")
+            return
+        label = st.segmented_control("Range", list(RANGES), default="5 min", key="live_range")
+        _usage(data, domain, label or "5 min")
+
+
+@st.fragment(run_every=REFRESH_S)
+def _usage(data: AdminData, domain: str, label: str) -> None:
+    window_s, resolution = RANGES[label]
+    now = int(time.time())
+    since = now - window_s
+    with session.guarded():
+        series = data.usage(domain, since_s=since - since % resolution, resolution_s=resolution)
+        st.caption(
+            f"Updated {time.strftime('%H:%M:%S', time.gmtime(now))} UTC, every {REFRESH_S} s; "
+            + ("per-second" if resolution == SECOND else "per-minute")
+            + " figures."
+        )
+        if not any(metrics.totals(p, since, now + 1).requests for p in series.values()):
+            st.info(
+                f"No usage recorded in the last {label} for this domain "
+                "(no traffic, or no server reporting to this database)."
+            )
+            return
+        for rule in sorted(series):
+            _rule(data, rule, series[rule], since, now, resolution)
+
+
+def _rule(data: AdminData, rule: str, points: list, since: int, now: int, resolution: int) -> None:
+    t = metrics.totals(points, since, now + 1)
+    if not t.requests and not t.backend_errors:
+        return
+    with st.container(border=True):
+        st.text(rule)  # a rule id is user-written keys and values: plain text
+        a, b, c, d, e = st.columns(5)
+        a.metric("Admitted", t.allowed)
+        b.metric("Rejected", t.over_limit)
+        c.metric("Rejection rate", f"{t.rejection_rate:.1%}")
+        d.metric("Near limit", t.near_limit)
+        e.metric("Rejected in shadow mode", t.shadow_over_limit)
+        rows = metrics.rows(points, since, now + 1, resolution)
+        st.altair_chart(charts.traffic(rows, resolution), width="stretch")
+        offenders = data.top_offenders(rule, since_s=since - since % MINUTE)
+        if offenders:
+            st.caption("Top offending keys (refused requests)")
+            st.dataframe(
+                pd.DataFrame(offenders, columns=["key", "refused"]),
+                hide_index=True,
+                width="stretch",
+            )
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,50 @@
+"""Driving the admin app in-process with Streamlit's AppTest, against a SQLite database."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from sluice_admin import APP_PATH
+
+PASSWORD = "correct horse battery"
+PAGES = ("overview", "rules", "live", "what_if", "history", "transfer")
+
+
+def new_app() -> AppTest:
+    # Generous: the first run in a process imports pandas and altair.
+    return AppTest.from_file(str(APP_PATH), default_timeout=30)
+
+
+def sign_in(at: AppTest, name: str, password: str = PASSWORD) -> AppTest:
+    at.run()
+    at.text_input(key="sign_in_name").input(name)
+    at.text_input(key="sign_in_password").input(password)
+    at.button(key="FormSubmitter:sign_in-Sign in").click()
+    return at.run()
+
+
+def open_page(at: AppTest, page: str) -> AppTest:
+    at.switch_page(f"views/{page}.py")
+    return at.run()
+
+
+def texts(at: AppTest) -> list[str]:
+    return [t.value for t in at.text]
+
+
+def codes(at: AppTest) -> list[str]:
+    return [c.value for c in at.code]
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def metric(at: AppTest, label: str) -> str:
+    values = [m.value for m in at.metric if m.label == label]
+    assert values, f"no metric {label!r} among {[m.label for m in at.metric]}"
+    return values[0]
+
+
+def no_exceptions(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]

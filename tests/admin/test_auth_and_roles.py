@@ -1,0 +1,101 @@
+"""Password hashes, the users setting, sign-in throttling, and roles enforced in data.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.policies.yaml_format import load_text
+from sluice_admin.auth import (
+    Account,
+    Role,
+    SignInLimiter,
+    SignInRefused,
+    User,
+    hash_password,
+    parse_users,
+    sign_in,
+    verify_password,
+)
+from sluice_admin.data import AdminData, NotAllowedError
+from tests.support.processes import run_sluice
+
+VIEWER, EDITOR = User("vi", Role.VIEWER), User("ed", Role.EDITOR)
+
+
+def test_hashes_are_salted_scrypt_and_verify() -> None:
+    first, second = hash_password("pw-12345"), hash_password("pw-12345")
+    assert first != second  # per-user salt
+    assert first.startswith("scrypt$16384$8$1$")
+    assert verify_password("pw-12345", first)
+    assert not verify_password("pw-12346", first)
+    for broken in ("", "md5$x", "scrypt$1$2$3$zz$zz", first.rsplit("$", 1)[0]):
+        assert not verify_password("pw-12345", broken)
+
+
+def test_users_setting() -> None:
+    hashed = hash_password("x")
+    accounts = parse_users(f" ann:editor:{hashed}, bob:viewer:{hashed} ,")
+    assert accounts["ann"] == Account("ann", Role.EDITOR, hashed)
+    assert accounts["bob"].role is Role.VIEWER
+    with pytest.raises(ValueError, match="entry 1: expected NAME:ROLE:HASH"):
+        parse_users("ann:editor")
+
+
+def test_gcra_allows_five_failures_then_one_every_twelve_seconds() -> None:
+    limiter = SignInLimiter()
+    for _ in range(5):
+        limiter.check("ann", 1000.0)
+        limiter.failed("ann", 1000.0)
+    with pytest.raises(SignInRefused) as refused:
+        limiter.check("ann", 1000.0)
+    assert refused.value.retry_after_s == pytest.approx(12.0)
+    assert str(refused.value) == "Too many failed sign-ins for 'ann'. Try again in 12 s."
+    with pytest.raises(SignInRefused):
+        limiter.check("ann", 1011.9)
+    limiter.check("ann", 1012.0)
+    limiter.check("bob", 1000.0)  # per name
+
+
+def test_a_throttled_name_is_refused_even_with_the_right_password() -> None:
+    accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
+    limiter = SignInLimiter()
+    for _ in range(5):
+        assert sign_in(accounts, limiter, "ann", "wrong", 0.0) is None
+    with pytest.raises(SignInRefused):
+        sign_in(accounts, limiter, "ann", "right", 0.0)
+    assert sign_in(accounts, limiter, "ann", "right", 12.0) == User("ann", Role.EDITOR)
+
+
+def test_viewers_cannot_change_anything_even_bypassing_the_ui(database_url: str) -> None:
+    data = AdminData.open(database_url)
+    [policy] = load_text("domain: shop\ndescriptors:\n  - key: other\n")
+    with pytest.raises(NotAllowedError, match="vi is a viewer: only editors may publish"):
+        data.publish(VIEWER, policy, base_version=1, comment="")
+    with pytest.raises(NotAllowedError):
+        data.rollback(VIEWER, "shop", 1, base_version=1)
+    with pytest.raises(NotAllowedError):
+        data.import_document(VIEWER, "domain: x\n", "x.yaml", comment="")
+    assert data.get("shop").version == 1
+    assert data.publish(EDITOR, policy, base_version=1, comment="ok") == 2
+    data.close()
+
+
+def test_admin_user_add_stores_a_user_or_prints_an_entry(database_url: str) -> None:
+    added = run_sluice(
+        ["admin-user", "add", "zoe", "--role", "editor", "--database-url", database_url],
+        input="long enough pw\n",
+    )
+    assert added.returncode == 0, added.stderr
+    assert added.stdout == "zoe: created (editor)\n"
+    data = AdminData.open(database_url)
+    assert verify_password("long enough pw", data.accounts()["zoe"].password_hash)
+    data.close()
+
+    printed = run_sluice(
+        ["admin-user", "add", "amy", "--role", "viewer", "--print"], input="pw-pw-pw-pw\n"
+    )
+    name, role, hashed = printed.stdout.strip().split(":")
+    assert (name, role) == ("amy", "viewer") and verify_password("pw-pw-pw-pw", hashed)
+
+    short = run_sluice(["admin-user", "add", "x", "--role", "viewer", "--print"], input="short\n")
+    assert short.returncode == 1

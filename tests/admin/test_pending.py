@@ -1,0 +1,64 @@
+"""Editing the descriptor tree as rule mappings (pending.py)."""
+
+from __future__ import annotations
+
+from sluice.policies.yaml_format import load_text
+from sluice_admin import pending
+from sluice_admin.pending import LimitFields, RuleForm
+
+[NESTED] = load_text(
+    """\
+domain: msg
+descriptors:
+  - key: type
+    value: marketing
+    descriptors:
+      - key: to
+        rate_limit: {unit: day, requests_per_unit: 5, name: per_to}
+"""
+)
+
+
+def test_rows_paths_and_usage_ids() -> None:
+    rows = pending.rows(NESTED)
+    assert [r.label for r in rows] == ["type=marketing", "type=marketing › to"]
+    assert pending.rule_id("msg", rows[1].path) == "msg.type_marketing.to"
+
+
+def test_put_edits_in_place_keeping_children_and_adds_at_the_end() -> None:
+    docs = pending.document_rules(NESTED)
+    path = (("type", "marketing"),)
+    edited = pending.put_rule(docs, (), path, {"key": "type", "value": "promo"})
+    assert edited[0]["value"] == "promo" and edited[0]["descriptors"] == docs[0]["descriptors"]
+    added = pending.put_rule(docs, path, None, {"key": "from"})
+    assert [d["key"] for d in added[0]["descriptors"]] == ["to", "from"]
+    assert docs == pending.document_rules(NESTED)  # never mutated
+
+
+def test_remove_drops_the_rule_and_an_emptied_children_list() -> None:
+    docs = pending.document_rules(NESTED)
+    assert pending.remove_rule(docs, (("type", "marketing"), ("to", None))) == [
+        {"key": "type", "value": "marketing"}
+    ]
+
+
+def test_form_round_trips_a_rule() -> None:
+    rule = NESTED.descriptors[0].descriptors[0]
+    form = pending.form_from_rule(rule)
+    assert form.name == "per_to" and form.limits == [LimitFields(5, "day", "fixed_window", None)]
+    assert form.document() == {
+        "key": "to",
+        "rate_limit": {"name": "per_to", "unit": "day", "requests_per_unit": 5},
+    }
+    two = RuleForm(key="k", limits=[LimitFields(1, "second"), LimitFields(10, "minute", "gcra", 3)])
+    assert two.document()["rate_limit"]["limits"][1] == {
+        "unit": "minute",
+        "requests_per_unit": 10,
+        "algorithm": "gcra",
+        "burst": 3,
+    }
+
+
+def test_diff_against_nothing_and_no_change() -> None:
+    assert pending.diff(NESTED, 4, NESTED) == ""
+    assert pending.diff(None, 0, NESTED).startswith("--- /dev/null\n+++ msg (pending)\n")

@@ -1,0 +1,86 @@
+"""Overview and Live usage from seeded telemetry; empty states; a database that is down."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sluice.policies.store import PolicyStore
+from sluice.usage.store import UsageStore
+from tests.admin._harness import errors, metric, new_app, no_exceptions, open_page, sign_in
+
+
+def seed(store: PolicyStore, *, ago_s: int = 3) -> None:
+    second = int(time.time()) - ago_s
+    UsageStore(store).add(
+        # allowed, over_limit, shadow_over_limit, near_limit, backend_errors
+        {("shop.user", second): [30, 10, 0, 4, 2]},
+        {("shop.user", second - second % 60): {"user,mallory": 9, "user,eve": 1}},
+    )
+
+
+def test_overview_shows_rates_and_highlights_rules_over_their_limit(
+    database_url: str, store: PolicyStore
+) -> None:
+    seed(store)
+    at = sign_in(new_app(), "ed")
+    no_exceptions(at)
+    assert metric(at, "Requests / s") == "4.0"  # 40 requests over the last 10 s
+    assert metric(at, "Rejected") == "25.0%"
+    assert metric(at, "Backend errors (last 10 s)") == "2"
+    assert errors(at) == ["Over limit: shop\\.user (10 rejected in 10 s)"]
+    assert at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")
+
+
+def test_overview_says_when_nothing_was_recorded(database_url: str) -> None:
+    at = sign_in(new_app(), "ed")
+    assert metric(at, "Requests / s") == "0.0"
+    assert any("No usage recorded in the last 10 s" in c.value for c in at.caption)
+
+
+def test_live_usage_per_rule_with_top_offenders(database_url: str, store: PolicyStore) -> None:
+    seed(store)
+    at = open_page(sign_in(new_app(), "ed"), "live")
+    no_exceptions(at)
+    assert "shop.user" in [t.value for t in at.text]
+    assert (metric(at, "Admitted"), metric(at, "Rejected")) == ("30", "10")
+    assert metric(at, "Rejection rate") == "25.0%"
+    assert metric(at, "Near limit") == "4"
+    [offenders] = at.dataframe
+    assert offenders.value.to_dict("records") == [
+        {"key": "user,mallory", "refused": 9},
+        {"key": "user,eve", "refused": 1},
+    ]
+
+
+@pytest.mark.parametrize("label", ["1 h", "24 h"])
+def test_longer_ranges_read_per_minute_figures(
+    database_url: str, store: PolicyStore, label: str
+) -> None:
+    seed(store, ago_s=120)
+    at = open_page(sign_in(new_app(), "ed"), "live")
+    assert not any("No usage recorded" in i.value for i in at.info)
+    at.button_group(key="live_range").set_value(label).run()
+    no_exceptions(at)
+    assert metric(at, "Rejected") == "10"
+    assert any("per-minute" in c.value for c in at.caption)
+
+
+def test_live_usage_empty_state(database_url: str) -> None:
+    at = open_page(sign_in(new_app(), "ed"), "live")
+    assert any("No usage recorded in the last 5 min" in i.value for i in at.info)
+
+
+def test_a_database_that_is_down_is_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Port 1 on loopback: the connection is refused at once.
+    monkeypatch.setenv("SLUICE_DATABASE_URL", "postgresql://sluice:pw@127.0.0.1:1/sluice")
+    at = new_app()
+    at.run()
+    at.text_input(key="sign_in_name").input("ed")
+    at.text_input(key="sign_in_password").input("whatever")
+    at.button(key="FormSubmitter:sign_in-Sign in").click().run()
+    no_exceptions(at)
+    [message] = errors(at)
+    assert message.startswith("The config database cannot be reached")
+    assert "pw" not in message.replace("postgresql", "")  # the password is redacted

@@ -1,0 +1,212 @@
+"""The admin app in a real browser, against a real server sharing its config database.
+
+Sign in, add a rule with the form, publish it, watch gRPC traffic get refused within 2 s,
+see the refusals on the Live usage page, roll back from History, and render the What-if
+chart. Screenshots of every page land in docs/screenshots/ (used by the README).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice.policies.service import PolicyService
+from sluice.policies.store import PolicyStore
+from sluice.policies.yaml_format import load_text
+from sluice_admin.auth import hash_password
+from tests.support.processes import free_port, sluice_serve, wait_until
+
+pytestmark = pytest.mark.e2e
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Screenshots go to the test's tmp dir; SLUICE_UPDATE_SCREENSHOTS=1 refreshes the committed set
+# in docs/screenshots/ (used by the README), so a plain test run leaves the checkout clean.
+DOC_SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
+PASSWORD = "browser test pw"
+OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/_stcore/health", timeout=0.5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def admin_app(tmp_path: Path, database_url: str) -> Iterator[str]:
+    """``sluice admin`` on a free port; its URL once Streamlit answers its health check."""
+    port = free_port()
+    log = open(tmp_path / "admin.log", "w")  # noqa: SIM115 (closed below)
+    env = {**os.environ, "SLUICE_ADMIN_USERS": f"ed:editor:{hash_password(PASSWORD)}"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "admin", "--port", str(port), "--address", "127.0.0.1"]
+        + ["--database-url", database_url],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: process.poll() is not None or _healthy(url), 30, "sluice admin")
+        assert process.poll() is None, (tmp_path / "admin.log").read_text()
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    with PolicyStore(url) as store:
+        store.upgrade()
+        [policy] = load_text("domain: shop\ndescriptors:\n  - key: path\n    value: /health\n")
+        PolicyService(store).publish([policy], author="seed", comment="health checks unlimited")
+    return url
+
+
+def _decide(stub: rls_pb2_grpc.RateLimitServiceStub, user: str) -> int:
+    entry = ratelimit_pb2.RateLimitDescriptor.Entry(key="user", value=user)
+    request = rls_pb2.RateLimitRequest(
+        domain="shop", descriptors=[ratelimit_pb2.RateLimitDescriptor(entries=[entry])]
+    )
+    return stub.ShouldRateLimit(request, timeout=2).overall_code
+
+
+def _until(predicate, timeout_s: float, what: str) -> float:  # noqa: ANN001
+    """Seconds it took ``predicate`` to hold."""
+    start = time.monotonic()
+    wait_until(predicate, timeout_s, what, interval_s=0.05)
+    return time.monotonic() - start
+
+
+def test_publish_watch_roll_back_in_a_browser(
+    tmp_path: Path, database_url: str, admin_app: str
+) -> None:
+    DOC_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    extra = ["--usage-flush-interval-s", "0.2"]
+    with (
+        sluice_serve(tmp_path, database_url=database_url, extra_args=extra) as server,
+        grpc.insecure_channel(server.grpc_target) as channel,
+        playwright.sync_playwright() as p,
+    ):
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        assert _decide(stub, "alice") == OK  # no limit for users yet
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(15_000)
+
+        def nav(title: str) -> None:
+            # The sidebar links keep the session (a new URL would start a new one).
+            page.get_by_role("link", name=title, exact=True).click()
+            page.get_by_role("heading", name=title, exact=True).wait_for()
+
+        def shot(name: str) -> None:
+            page.wait_for_timeout(300)  # let charts finish drawing
+            target = DOC_SCREENSHOTS if os.environ.get("SLUICE_UPDATE_SCREENSHOTS") else tmp_path
+            page.screenshot(path=str(target / f"{name}.png"))
+
+        # Sign in.
+        page.goto(admin_app)
+        page.get_by_label("User name").fill("ed")
+        shot("sign_in")
+        page.get_by_role("textbox", name="Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_role("heading", name="Overview").wait_for()
+
+        # Add a rule: 2 per hour per user (an hour: no window edge within the test).
+        nav("Rules")
+        page.get_by_role("button", name="Add rule").click()
+        form = page.locator('[data-testid="stForm"]')
+        form.get_by_label("Key").fill("user")
+        rpu = form.get_by_label("Requests per unit").first
+        rpu.fill("2")
+        rpu.press("Tab")
+        unit = form.get_by_role("combobox", name="Unit").first
+        unit.click()
+        page.get_by_role("option", name="hour", exact=True).click()
+        wait_until(lambda: unit.input_value() == "hour", 5, "the unit to be chosen")
+        form.get_by_role("button", name="Apply to pending change").click()
+        page.get_by_text("user: 2 / hour").wait_for()
+        shot("rules")
+        page.get_by_role("tab", name="Pending change").click()
+        page.get_by_label("Comment").fill("2 per hour per user")
+        page.get_by_label("Comment").press("Tab")
+        page.get_by_role("button", name="Publish").click()
+        page.get_by_text("Published version 2 of shop.").wait_for()
+        published = time.monotonic()
+
+        # Live within 2 s: the third request of a user in the hour is refused.
+        def refused() -> bool:
+            return _decide(stub, "bob") == OVER
+
+        _until(refused, 2.0, "the published limit to refuse traffic")
+        assert time.monotonic() - published < 2.0
+        for _ in range(5):
+            _decide(stub, "mallory")
+
+        # The refusals show on the Live usage page (it refreshes by itself).
+        nav("Live usage")
+        rejected = (
+            page.locator('[data-testid="stMetric"]')
+            .filter(has_text="Rejected")
+            .first.locator('[data-testid="stMetricValue"]')
+        )
+        wait_until(
+            lambda: int(rejected.inner_text() or 0) > 0, 10, "rejections on the live page", 0.2
+        )
+        page.get_by_text("shop.user", exact=True).wait_for()
+        shot("live")
+
+        nav("Overview")
+        page.locator('[data-testid="stVegaLiteChart"] >> visible=true').first.wait_for()
+        shot("overview")
+
+        # What-if: the chart renders for the new rule's recorded traffic.
+        nav("What-if")
+        chart = page.locator('[data-testid="stVegaLiteChart"] >> visible=true').first
+        chart.wait_for()
+        chart.scroll_into_view_if_needed()
+        assert page.get_by_text(re.compile("one counter")).count() >= 1
+        shot("what_if")
+
+        nav("Import / export")
+        shot("transfer")
+
+        # Roll back to version 1 (no user limit), after confirming.
+        nav("History")
+        page.get_by_role("button", name="Roll back to v1").click()
+        page.get_by_text("Roll back shop to version 1?").wait_for()
+        shot("history")
+        page.get_by_role("button", name="Yes, roll back").click()
+        page.get_by_text("Version 3 restores version 1.").wait_for()
+        _until(lambda: _decide(stub, "bob") == OK, 2.0, "the rollback to take effect")
+        browser.close()
