@@ -9,6 +9,7 @@ WORKDIR /src
 RUN python -m venv /opt/sluice
 COPY pyproject.toml README.md ./
 COPY server ./server
+COPY admin ./admin
 RUN /opt/sluice/bin/pip install .
 
 FROM python:3.11-slim-bookworm
@@ -22,8 +23,9 @@ ENV PATH=/opt/sluice/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/sluice
 VOLUME ["/var/lib/sluice"]
-# gRPC (ShouldRateLimit, health, reflection) and HTTP (/healthcheck, /json).
-EXPOSE 8081 8080
+# gRPC (ShouldRateLimit, health, reflection), HTTP (/healthcheck, /json, /api) and the admin
+# app (`sluice admin`, run as a second container from this image; see docker-compose.yml).
+EXPOSE 8081 8080 8501
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('SLUICE_HTTP_PORT', '8080'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthcheck', timeout=2).status == 200 else 1)"]
 STOPSIGNAL SIGTERM

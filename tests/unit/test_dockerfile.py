@@ -41,7 +41,8 @@ def test_multi_stage_non_root_with_ports_health_check_and_serve() -> None:
     users = [arg for op, arg in steps if op == "USER"]
     assert users and not users[-1].startswith(("root", "0"))
     exposed = {int(p) for op, arg in steps if op == "EXPOSE" for p in arg.split()}
-    assert exposed == {Settings().grpc_port, Settings().http_port}
+    admin_port = 8501  # sluice admin --port default
+    assert exposed == {Settings().grpc_port, Settings().http_port, admin_port}
     [health] = [arg for op, arg in steps if op == "HEALTHCHECK"]
     assert "/healthcheck" in health and "SLUICE_HTTP_PORT" in health
     entrypoint = [json.loads(arg) for op, arg in steps if op == "ENTRYPOINT"][-1]
