@@ -130,6 +130,17 @@ class Sluice:
                 config_database_up=float(st.database_up),
                 config_from_cache=float(st.source == "cache"),
             )
+        backend = self.backend
+        if isinstance(backend, OverLimitCache):
+            state["local_cache_refusals"] = backend.local_refusals
+            backend = backend.inner
+        if isinstance(backend, RedisBackend):
+            state.update(
+                redis_round_trips=backend.round_trips,
+                redis_script_calls=backend.script_calls,
+                redis_fast_failures=backend.fast_failures,
+                redis_circuit_open=float(backend.breaker.state != "closed"),
+            )
         if isinstance(self.backend, MemoryBackend):
             state.update(
                 memory_backend_keys=len(self.backend),

@@ -60,11 +60,16 @@ class _StateCollector(Collector):
         "config_database_errors": "Failed polls of the config database.",
         "memory_backend_evictions": "Counters evicted because memory_max_keys was reached.",
         "usage_flush_failures": "Usage flushes that failed (figures kept for the next one).",
+        "redis_round_trips": "Round trips to Redis (each carries a batch of decisions).",
+        "redis_script_calls": "Script calls sent to Redis (one per hash slot per round trip).",
+        "redis_fast_failures": "Decisions failed at once because the circuit was open.",
+        "local_cache_refusals": "Hits refused by the local over-limit cache, without Redis.",
     }
     _GAUGES = {
         "config_database_up": "1 when the last poll of the config database succeeded.",
         "config_from_cache": "1 when serving the local snapshot cache, not the database.",
         "memory_backend_keys": "Counters held by the memory backend.",
+        "redis_circuit_open": "1 while the Redis circuit breaker fails calls fast.",
     }
 
     def __init__(self, state: Callable[[], dict[str, float]]) -> None:

@@ -4,6 +4,7 @@ under 200 concurrent gRPC requests split between them, whatever the algorithm.""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -79,3 +80,30 @@ def test_exactly_the_limit_is_admitted(servers: list[SluiceProcess], algorithm: 
     codes = asyncio.run(_flood(servers, algorithm, uuid.uuid4().hex, 200))
     assert codes.count(rls_pb2.RateLimitResponse.OK) == LIMIT
     assert codes.count(rls_pb2.RateLimitResponse.OVER_LIMIT) == 200 - LIMIT
+
+
+def _metrics(server: SluiceProcess) -> dict[str, float]:
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in lines
+        if line.startswith("sluice_") and not line.startswith("#")
+    }
+
+
+def test_a_known_over_limit_key_costs_redis_nothing_and_metrics_say_so(
+    servers: list[SluiceProcess],
+) -> None:
+    value = uuid.uuid4().hex
+    asyncio.run(_flood(servers, "gcra", value, 200))  # now over its limit for a while
+    before = _metrics(servers[0])
+    codes = asyncio.run(_flood(servers[:1], "gcra", value, 20))
+    after = _metrics(servers[0])
+    assert codes == [rls_pb2.RateLimitResponse.OVER_LIMIT] * 20
+    refused = (
+        after["sluice_local_cache_refusals_total"] - before["sluice_local_cache_refusals_total"]
+    )
+    assert refused == 20
+    assert after["sluice_redis_round_trips_total"] == before["sluice_redis_round_trips_total"]
+    assert after["sluice_redis_circuit_open"] == 0

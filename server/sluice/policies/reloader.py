@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.errors import ConfigDatabaseError, ConfigError
+from sluice.periodic import Periodic
 from sluice.policies.publishing import (
     LiveDocuments,
     build_snapshot,
@@ -70,11 +71,10 @@ class SnapshotReloader:
     ) -> None:
         self._store = store
         self._install = install
-        self._interval_s = interval_s
         self._cache_path = cache_path
         self._max_log_limit = max_log_limit
         self._token: int | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("config reload", interval_s, self.poll_once)
         self.status = ReloadStatus()
 
     def load_initial(self) -> None:
@@ -135,23 +135,10 @@ class SnapshotReloader:
         return True
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="reloader")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.poll_once()
-            except Exception:  # a bug here must not stop reloading for good
-                log.exception("config reload failed")
+        await self._periodic.stop()
 
     def _take(self, live: LiveDocuments, *, source: str) -> None:
         self._commit(live, build_snapshot(live, max_log_limit=self._max_log_limit), source=source)

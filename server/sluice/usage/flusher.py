@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from sluice.clock import Clock
 from sluice.errors import SluiceError
+from sluice.periodic import Periodic
 from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
 
@@ -37,13 +38,12 @@ class UsageFlusher:
         self._recorder = recorder
         self._store = store
         self._clock = clock
-        self._interval_s = interval_s
         self._max_pending = max_pending
         self._on_drain = on_drain
         self._counts: dict[tuple[str, int], list[int]] = {}
         self._offenders: dict[tuple[str, int], dict[str, int]] = {}
         self._flushes = 0
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("usage flush", interval_s, self.flush_once)
         self.failures = 0
         self.dropped = 0
         self.store_up = True
@@ -97,21 +97,8 @@ class UsageFlusher:
         return True
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-flusher")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await self._periodic.stop()
         await self.flush_once()  # what the last second counted
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.flush_once()
-            except Exception:  # a bug here must not stop telemetry for good
-                log.exception("usage flush failed")

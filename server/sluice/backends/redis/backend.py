@@ -33,7 +33,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from sluice.algorithms import Outcome
 from sluice.backends import Hit
-from sluice.backends.redis.breaker import CircuitBreaker
+from sluice.backends.redis.breaker import CLOSED, CircuitBreaker
 from sluice.backends.redis.keys import KeyNamer
 from sluice.backends.redis.scripts import ApplyScript
 from sluice.errors import BackendUnavailableError
@@ -166,10 +166,18 @@ class RedisBackend:
             self._fail(batch, exc)
             return
         if ok:
+            if self.breaker.state != CLOSED:
+                log.warning("Redis reachable again: deciding with it")
             self.breaker.success()
         else:
             self.failures += 1
+            opened = self.breaker.opened
             self.breaker.failure()
+            if self.breaker.opened != opened:
+                log.warning(
+                    "Redis unreachable: failing fast for %.1fs (failure mode decides the answers)",
+                    self.breaker.cooldown_s,
+                )
 
     async def _send_one(self, batch: list[_Request], now: float | None) -> bool:
         hits = [hit for r in batch for hit in r.hits]
