@@ -278,3 +278,31 @@ def test_without_a_database_or_a_cache_the_server_refuses_to_start(tmp_path: Pat
     )
     assert result.returncode == 3
     assert "config database" in result.stderr
+
+
+def remaining_for(server: SluiceProcess, domain: str, key: str, value: str) -> int:
+    entry = ratelimit_pb2.RateLimitDescriptor.Entry(key=key, value=value)
+    request = rls_pb2.RateLimitRequest(
+        domain=domain, descriptors=[ratelimit_pb2.RateLimitDescriptor(entries=[entry])]
+    )
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        response = rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(request, timeout=2)
+    return response.statuses[0].limit_remaining
+
+
+def test_counts_of_unchanged_rules_survive_a_reload(tmp_path: Path) -> None:
+    database_url = f"sqlite:///{tmp_path / 'config.db'}"
+    two_rules = V1.replace("requests_per_unit: 1}", "requests_per_unit: 10}") + (
+        "  - key: plan\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+    )
+    seed(database_url, tmp_path, two_rules)
+    with ExitStack() as stack:
+        a = serve(stack, tmp_path, database_url, "a")
+        assert [remaining_for(a, "shop", "user", "kept") for _ in range(3)] == [9, 8, 7]
+        changed = two_rules.replace("requests_per_unit: 5}", "requests_per_unit: 50}")
+        code, _ = api(a, "PUT", "/api/v1/domains/shop", {"document": changed, "base_version": 1})
+        assert code == 200
+        wait_until(lambda: status(a)["version"] == "shop@v2", 5, "the new version")
+        # The user rule did not change: its counter carries on where it was.
+        assert remaining_for(a, "shop", "user", "kept") == 6
+        assert remaining_for(a, "shop", "plan", "p") == 49
