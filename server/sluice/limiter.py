@@ -193,11 +193,19 @@ def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStat
     limit = a.reported[chosen]
     if outcome.allowed:
         delay = max(o.delay_s for o in outcomes)
-        return DescriptorStatus(Code.OK, limit, outcome.remaining, outcome.reset_s, delay), True
+        reset = _reset(limit, outcome)
+        return DescriptorStatus(Code.OK, limit, outcome.remaining, reset, delay), True
     code = Code.OK if a.shadow_mode else Code.OVER_LIMIT
     reason = "" if outcome.fits else _never_fits(a.cost, limit)
-    status = DescriptorStatus(code, limit, outcome.remaining, outcome.reset_s, reason=reason)
+    status = DescriptorStatus(code, limit, outcome.remaining, _reset(limit, outcome), reason=reason)
     return status, False
+
+
+def _reset(limit: RateLimit, outcome: Outcome) -> float:
+    # Fixed windows report whole seconds, rounded up: envoyproxy/ratelimit's numbers exactly.
+    if limit.algorithm == "fixed_window":
+        return _whole_seconds(outcome.reset_s)
+    return outcome.reset_s
 
 
 def _never_fits(cost: int, limit: RateLimit) -> str:

@@ -339,3 +339,9 @@ def test_a_cost_that_can_never_fit_says_why() -> None:
     status = ask(limiter, d(("user", "a"), hits_addend=4)).statuses[0]
     assert status.code is Code.OVER_LIMIT
     assert status.reason == "a cost of 4 can never be admitted: the fixed_window capacity is 3"
+
+
+def test_fixed_windows_report_whole_seconds_like_envoyproxy_ratelimit() -> None:
+    limiter, clock = make()
+    clock.set(START + 0.25)  # 39.75 s left in the minute: upstream says 40
+    assert ask(limiter, d(("user", "a"))).statuses[0].duration_until_reset_s == 40

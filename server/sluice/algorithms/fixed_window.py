@@ -2,7 +2,9 @@
 
 Windows are aligned to the Unix epoch on whole seconds, and every hit is counted, refused
 ones included (Redis ``INCRBY`` semantics), so a client that keeps hammering stays limited.
-``reset_s`` is the rest of the window in whole seconds, as envoyproxy/ratelimit reports it.
+``reset_s`` is the exact rest of the window: the over-limit cache refuses until then, so it
+must not be late. The limiter reports it rounded up to whole seconds, which is exactly what
+envoyproxy/ratelimit reports (``unit - now % unit`` on whole-second ``now``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def step(
     allowed = count <= limit.requests_per_unit
     remaining = limit.requests_per_unit - count if allowed else 0
     fits = cost <= limit.requests_per_unit
-    return WindowState(start, count), Outcome(allowed, remaining, start + period - now_s, fits=fits)
+    return WindowState(start, count), Outcome(allowed, remaining, start + period - now, fits=fits)
 
 
 def expires_at(state: WindowState, limit: Limit) -> float:

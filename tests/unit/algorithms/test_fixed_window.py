@@ -7,12 +7,13 @@ TWO_PER_MINUTE = Limit(2, 60)
 
 
 def test_windows_are_epoch_aligned_and_refused_hits_count() -> None:
-    state, outcome = step(None, TWO_PER_MINUTE, 125.7, 1)
-    assert (state, outcome) == (WindowState(120, 1), Outcome(True, 1, 55))
+    state, outcome = step(None, TWO_PER_MINUTE, 125.5, 1)
+    assert (state, outcome) == (WindowState(120, 1), Outcome(True, 1, 54.5))
     state, outcome = step(state, TWO_PER_MINUTE, 130.0, 1)
     assert outcome == Outcome(True, 0, 50)
-    state, outcome = step(state, TWO_PER_MINUTE, 179.9, 1)
-    assert (state, outcome) == (WindowState(120, 3), Outcome(False, 0, 1))
+    state, outcome = step(state, TWO_PER_MINUTE, 179.75, 1)
+    # The exact rest of the window: the limiter reports it as 1 s, as envoyproxy/ratelimit.
+    assert (state, outcome) == (WindowState(120, 3), Outcome(False, 0, 0.25))
     state, outcome = step(state, TWO_PER_MINUTE, 180.0, 1)
     assert (state, outcome) == (WindowState(180, 1), Outcome(True, 1, 60))
     assert expires_at(state, TWO_PER_MINUTE) == 240
@@ -20,7 +21,7 @@ def test_windows_are_epoch_aligned_and_refused_hits_count() -> None:
 
 def test_cost_zero_checks_without_consuming() -> None:
     state, _ = step(None, Limit(1, 1), 10.0, 1)
-    assert step(state, Limit(1, 1), 10.5, 0) == (WindowState(10, 1), Outcome(True, 0, 1))
+    assert step(state, Limit(1, 1), 10.5, 0) == (WindowState(10, 1), Outcome(True, 0, 0.5))
 
 
 def test_a_cost_larger_than_the_limit_never_fits() -> None:

@@ -2,7 +2,8 @@
 -- aligned to the epoch on whole seconds, every hit counted (refused ones too: the driver
 -- commits fixed windows unconditionally). State: a hash, w = window start, c = its count.
 -- The commit writes the stepped count (INCRBY inside the atomic script) rather than
--- HINCRBY, so two limits sharing a key in one hit end as in the memory backend.
+-- HINCRBY, so two limits sharing a key in one hit end as in the memory backend. The reset is
+-- exact (the limiter rounds it up to whole seconds on the wire, as envoyproxy/ratelimit).
 ALGORITHMS['fixed_window'] = function(key, now, L, P, b, n)
   local now_s = math.floor(now)
   local start = now_s - now_s % P
@@ -21,5 +22,5 @@ ALGORITHMS['fixed_window'] = function(key, now, L, P, b, n)
     redis.call('HSET', key, 'w', int(start), 'c', int(count))
     redis.call('PEXPIRE', key, ttl_ms(start + P, now))
   end
-  return result(allowed, remaining, start + P - now_s, 0, n <= L, commit)
+  return result(allowed, remaining, start + P - now, 0, n <= L, commit)
 end
