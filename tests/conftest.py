@@ -10,13 +10,14 @@ import psycopg
 import pytest
 from hypothesis import settings
 
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
 # Locally every run explores new examples; CI replays a fixed sequence, so a submission's
 # result does not depend on the draw (run locally to hunt for new counterexamples).
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
 # The machine-wide PostgreSQL used by integration tests (trust auth); override for CI.
 POSTGRES_ADMIN_URL = os.environ.get(
