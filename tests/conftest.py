@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from hypothesis import settings
-
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
