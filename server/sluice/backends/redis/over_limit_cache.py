@@ -6,10 +6,11 @@ When the inner backend refuses a hit and says how long the refusal lasts (the lo
 counter with the same limits and at least the same cost are refused here until then,
 without asking the inner backend. It only ever refuses, never admits, and only what the
 inner backend would refuse too: state changes by other hits can only consume capacity,
-never free it early, and a larger cost needs at least as long. So exactness holds. What it
-gives up: refused hits it answers are not counted by fixed windows (that count only feeds
-``remaining`` and the usage figures, which the limiter records itself), and the
-``remaining`` it reports is the one of the refusal it remembers.
+never free it early, and a larger cost needs at least as long. So exactness holds. Fixed
+windows count refused hits too, so a refusal is only remembered while every fixed window of
+the hit is itself over its limit (then the hits answered here, which those windows do not
+count, change no later decision), and never past the end of such a window. The ``remaining``
+it reports is the one of the refusal it remembers.
 
 Shadow mode needs nothing here: the limiter turns a shadow rule's refusal into OK and
 records it as a shadow refusal whether the refusal came from here or from the inner backend;
@@ -96,6 +97,12 @@ class OverLimitCache:
             for outcome in per_limit:
                 if not outcome.allowed and outcome.fits and outcome.reset_s > wait:
                     wait = outcome.reset_s
+            # A fixed window counts every hit, refused ones too, and later decisions depend on
+            # that count. Answering here is only exact while each fixed window of the hit is
+            # itself over its limit: then more counting changes nothing until it ends.
+            for limit, outcome in zip(hit.limits, per_limit, strict=True):
+                if limit.algorithm == "fixed_window":
+                    wait = min(wait, outcome.reset_s) if not outcome.allowed else 0.0
             if wait <= 0.0:
                 continue
             key = (hit.counter_key, hit.limits)
