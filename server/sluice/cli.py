@@ -12,11 +12,11 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from sluice import __version__
 from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
-from sluice.policies.publishing import load_policies
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import dump_policies, load_path
@@ -143,6 +143,14 @@ def _author(args: argparse.Namespace) -> str:
         return "unknown"
 
 
+@contextmanager
+def _policy_service(settings: Settings) -> Iterator[PolicyService]:
+    """The policy service over the configured database, its schema brought up to date."""
+    with PolicyStore(settings.database_url) as store:
+        store.upgrade()
+        yield PolicyService(store, max_log_limit=settings.max_sliding_log_limit)
+
+
 def _check(args: argparse.Namespace, settings: Settings) -> int:
     policies = load_path(args.path, max_log_limit=settings.max_sliding_log_limit)
     print(f"{args.path}: OK, {len(policies)} domain(s): {', '.join(p.domain for p in policies)}")
@@ -152,9 +160,8 @@ def _check(args: argparse.Namespace, settings: Settings) -> int:
 def _import(args: argparse.Namespace, settings: Settings) -> int:
     # Validate everything before touching the database.
     policies = load_path(args.path, max_log_limit=settings.max_sliding_log_limit)
-    with PolicyStore(settings.database_url) as store:
-        store.upgrade()
-        changed = PolicyService(store).publish(policies, author=_author(args), comment=args.comment)
+    with _policy_service(settings) as service:
+        changed = service.publish(policies, author=_author(args), comment=args.comment)
     for policy in policies:
         version = changed.get(policy.domain)
         state = f"version {version}" if version is not None else "unchanged"
@@ -163,9 +170,9 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _export(args: argparse.Namespace, settings: Settings) -> int:
-    with PolicyStore(settings.database_url) as store:
-        store.upgrade()
-        policies = load_policies(store, args.domain)
+    with _policy_service(settings) as service:
+        wanted = set(args.domain or ())
+        policies = [v.policy for v in service.domains() if not wanted or v.domain in wanted]
     if args.domain:
         missing = sorted(set(args.domain) - {p.domain for p in policies})
         if missing:
@@ -176,9 +183,8 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _history(args: argparse.Namespace, settings: Settings) -> int:
-    with PolicyStore(settings.database_url) as store:
-        store.upgrade()
-        versions = PolicyService(store).history(args.domain)
+    with _policy_service(settings) as service:
+        versions = service.history(args.domain)
     for v in versions:
         note = "deleted" if v.deleted else f"restores v{v.restored_from}" if v.restored_from else ""
         fields = [str(v.version), v.created_at.isoformat(timespec="seconds"), v.author, note]
@@ -189,16 +195,14 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _diff(args: argparse.Namespace, settings: Settings) -> int:
-    with PolicyStore(settings.database_url) as store:
-        store.upgrade()
-        sys.stdout.write(PolicyService(store).diff(args.domain, args.from_version, args.to_version))
+    with _policy_service(settings) as service:
+        sys.stdout.write(service.diff(args.domain, args.from_version, args.to_version))
     return 0
 
 
 def _rollback(args: argparse.Namespace, settings: Settings) -> int:
-    with PolicyStore(settings.database_url) as store:
-        store.upgrade()
-        version = PolicyService(store).rollback(
+    with _policy_service(settings) as service:
+        version = service.rollback(
             args.domain, args.to_version, author=_author(args), comment=args.comment
         )
     if version is None:
@@ -297,7 +301,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             # Without --config the local snapshot cache can still serve: attach() decides.
             log.warning("config database unreachable at start", exc_info=True)
         if policies is not None:
-            changed = PolicyService(store).publish(
+            changed = PolicyService(store, max_log_limit=limit).publish(
                 policies, author=_author(args), comment=f"sluice serve --config {args.config}"
             )
             log.info("imported %s: %s", args.config, changed or "no changes")

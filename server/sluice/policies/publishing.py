@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluice.model import DomainPolicy
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT, load_sources
@@ -18,7 +16,6 @@ from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT, load_sources
 __all__ = [
     "LiveDocuments",
     "build_snapshot",
-    "load_policies",
     "read_cache",
     "read_live",
     "write_cache",
@@ -54,16 +51,6 @@ def build_snapshot(live: LiveDocuments, *, max_log_limit: int = DEFAULT_MAX_LOG_
         max_log_limit=max_log_limit,
     )
     return Snapshot(policies, version=live.version)
-
-
-def load_policies(store: PolicyStore, domains: Iterable[str] | None = None) -> list[DomainPolicy]:
-    """The current policies (of ``domains`` only, unless None), validated."""
-    wanted = None if domains is None else set(domains)
-    return load_sources(
-        (f"database:{domain}@v{stored.version}", stored.document)
-        for domain, stored in store.current().items()
-        if wanted is None or domain in wanted
-    )
 
 
 def write_cache(path: Path, live: LiveDocuments) -> None:
