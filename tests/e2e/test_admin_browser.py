@@ -124,10 +124,16 @@ def test_publish_watch_roll_back_in_a_browser(
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.set_default_timeout(15_000)
 
+        def settle() -> None:
+            # Streamlit reruns the script after every input; a click during a rerun lands on
+            # elements being replaced. Wait until the app says it is idle.
+            page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+
         def nav(title: str) -> None:
             # The sidebar links keep the session (a new URL would start a new one).
             page.get_by_role("link", name=title, exact=True).click()
             page.get_by_role("heading", name=title, exact=True).wait_for()
+            settle()
 
         def shot(name: str) -> None:
             page.wait_for_timeout(300)  # let charts finish drawing
@@ -154,12 +160,14 @@ def test_publish_watch_roll_back_in_a_browser(
         unit.click()
         page.get_by_role("option", name="hour", exact=True).click()
         wait_until(lambda: unit.input_value() == "hour", 5, "the unit to be chosen")
+        settle()
         form.get_by_role("button", name="Apply to pending change").click()
         page.get_by_text("user: 2 / hour").wait_for()
         shot("rules")
         page.get_by_role("tab", name="Pending change").click()
         page.get_by_label("Comment").fill("2 per hour per user")
         page.get_by_label("Comment").press("Tab")
+        settle()
         page.get_by_role("button", name="Publish").click()
         page.get_by_text("Published version 2 of shop.").wait_for()
         published = time.monotonic()
@@ -206,6 +214,7 @@ def test_publish_watch_roll_back_in_a_browser(
         page.get_by_role("button", name="Roll back to v1").click()
         page.get_by_text("Roll back shop to version 1?").wait_for()
         shot("history")
+        settle()
         page.get_by_role("button", name="Yes, roll back").click()
         page.get_by_text("Version 3 restores version 1.").wait_for()
         _until(lambda: _decide(stub, "bob") == OK, 2.0, "the rollback to take effect")
