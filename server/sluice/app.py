@@ -11,7 +11,7 @@ from aiohttp import web
 from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.redis.backend import RedisBackend
-from sluice.backends.redis.connect import connect
+from sluice.backends.redis.connect import RedisTls, connect
 from sluice.backends.redis.over_limit_cache import OverLimitCache
 from sluice.clock import Clock, SystemClock
 from sluice.grpc.server import GrpcServer
@@ -21,8 +21,10 @@ from sluice.metrics import Metrics
 from sluice.policies.reloader import SnapshotReloader
 from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
-from sluice.policies.store import PolicyStore, redact_url
+from sluice.policies.store import PolicyStore
+from sluice.redaction import redact_url
 from sluice.settings import Settings
+from sluice.tls import ServerTls
 from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import UsageRecorder
 from sluice.usage.store import UsageStore
@@ -40,6 +42,9 @@ def _make_backend(settings: Settings) -> Backend:
         settings.redis_url,
         pool_size=settings.redis_pool_size,
         timeout_s=settings.redis_timeout_ms / 1000,
+        tls=RedisTls(
+            settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
+        ),
     )
     backend: Backend = RedisBackend(
         client,
@@ -58,6 +63,7 @@ class Sluice:
         self, settings: Settings, *, clock: Clock | None = None, backend: Backend | None = None
     ) -> None:
         self.settings = settings
+        self.tls = ServerTls.from_settings(settings)
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
         self.backend = backend if backend is not None else _make_backend(settings)
@@ -152,7 +158,13 @@ class Sluice:
 
     async def start(self) -> None:
         s = self.settings
-        self._grpc = GrpcServer(self.limiter, s.host, s.grpc_port, metrics=self.metrics)
+        self._grpc = GrpcServer(
+            self.limiter,
+            s.host,
+            s.grpc_port,
+            metrics=self.metrics,
+            credentials=self.tls.grpc_credentials() if self.tls else None,
+        )
         self.grpc_port = self._grpc.port
         await self._grpc.start()
         app = make_app(
@@ -167,7 +179,12 @@ class Sluice:
         )
         self._http = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._http.setup()
-        site = web.TCPSite(self._http, s.host, s.http_port)
+        site = web.TCPSite(
+            self._http,
+            s.host,
+            s.http_port,
+            ssl_context=self.tls.http_context() if self.tls else None,
+        )
         await site.start()
         sockets = site._server.sockets if site._server is not None else ()  # noqa: SLF001
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
@@ -176,7 +193,14 @@ class Sluice:
         if self.flusher is not None:
             self.flusher.start()
         self._serving = True
-        log.info("gRPC on %s:%d, HTTP on %s:%d", s.host, self.grpc_port, s.host, self.http_port)
+        log.info(
+            "gRPC on %s:%d, HTTP on %s:%d, %s",
+            s.host,
+            self.grpc_port,
+            s.host,
+            self.http_port,
+            "plaintext" if self.tls is None else "mTLS" if self.tls.mutual else "TLS",
+        )
 
     async def stop(self) -> None:
         """Drain: health turns NOT_SERVING, new calls are refused, in-flight calls finish."""

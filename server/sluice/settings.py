@@ -35,6 +35,13 @@ class Settings:
     host: str = _setting("0.0.0.0", "Address both ports bind to.")
     grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
     http_port: int = _setting(8080, "HTTP port (/healthcheck, /json).")
+    tls_cert_file: str = _setting(
+        "", "PEM certificate chain both ports present; with --tls-key-file, TLS on both ports."
+    )
+    tls_key_file: str = _setting("", "PEM private key of --tls-cert-file.")
+    tls_client_ca_file: str = _setting(
+        "", "PEM CA bundle; when set, both ports refuse clients without a certificate it signed."
+    )
     backend: str = _setting("memory", "Where algorithm state lives: memory or redis.")
     memory_max_keys: int = _setting(
         1_000_000, "Memory backend: most counters kept; the least recently used is evicted."
@@ -45,6 +52,13 @@ class Settings:
         "redis+cluster://HOSTS; HOSTS is HOST:PORT[,HOST:PORT...].",
         secret=True,
     )
+    redis_tls_ca_file: str = _setting(
+        "", "Redis backend over TLS: PEM CA bundle that signed Redis's certificate (else system)."
+    )
+    redis_tls_cert_file: str = _setting(
+        "", "Redis backend over TLS: PEM client certificate, for a Redis that asks for one."
+    )
+    redis_tls_key_file: str = _setting("", "Redis backend over TLS: the client certificate's key.")
     redis_key_prefix: str = _setting("sluice:", "Redis backend: prefix of every key written.")
     redis_timeout_ms: int = _setting(
         100, "Redis backend: connect, read and pool-wait timeout of one round trip."
@@ -127,13 +141,13 @@ class Settings:
 
     def redacted(self) -> dict[str, Any]:
         """The effective settings, with credentials hidden, for logs and ``sluice settings``."""
-        from sluice.policies.store import redact_url
+        from sluice.redaction import REDACTED, redact_url
 
         out = dataclasses.asdict(self)
         for f in fields(self):
             value = str(out[f.name])
             if f.metadata.get("secret") and value:
-                out[f.name] = redact_url(value) if "://" in value else "***"
+                out[f.name] = redact_url(value) if "://" in value else REDACTED
         return out
 
 
@@ -161,6 +175,13 @@ def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None 
             )
         else:
             parser.add_argument(flag_name(f.name), dest=f.name, default=None, help=help_text)
+        if f.metadata["secret"]:
+            parser.add_argument(
+                flag_name(f.name) + "-file",
+                dest=f.name + "_file",
+                default=None,
+                help=f"Read {flag_name(f.name)} from this file [env {env_name(f.name)}_FILE].",
+            )
 
 
 def from_arguments(
@@ -171,16 +192,40 @@ def from_arguments(
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for f in fields(Settings):
-        raw = getattr(args, f.name, None) if args is not None else None
-        origin = flag_name(f.name)
-        if raw is None and env_name(f.name) in environ:
-            raw, origin = environ[env_name(f.name)], env_name(f.name)
-        if raw is None:
-            continue
-        values[f.name] = _convert(raw, type(f.default), origin)
+        found = _raw_value(f.name, bool(f.metadata["secret"]), args, environ)
+        if found is not None:
+            raw, origin = found
+            values[f.name] = _convert(raw, type(f.default), origin)
     settings = Settings(**values)
     _validate(settings)
     return settings
+
+
+def _raw_value(
+    name: str, secret: bool, args: argparse.Namespace | None, environ: Mapping[str, str]
+) -> tuple[Any, str] | None:
+    """The raw value of one setting and where it came from, by precedence.
+
+    A secret may also come from a file (``--X-file`` or ``SLUICE_X_FILE``), so that it never
+    has to sit in a process's arguments or environment, where ``ps`` and crash dumps show it.
+    """
+    sources: list[tuple[Any, str, bool]] = [
+        (getattr(args, name, None), flag_name(name), False),
+        (getattr(args, name + "_file", None), flag_name(name) + "-file", True),
+        (environ.get(env_name(name)), env_name(name), False),
+        (environ.get(env_name(name) + "_FILE"), env_name(name) + "_FILE", True),
+    ]
+    for raw, origin, from_file in sources:
+        if raw is None or (from_file and not secret):
+            continue
+        if not from_file:
+            return raw, origin
+        try:
+            # One trailing newline is how editors and `echo` end files; it is not the secret.
+            return Path(raw).read_text().removesuffix("\n"), origin
+        except OSError as exc:
+            raise ValueError(f"{origin}: cannot read {raw}: {exc.strerror}") from None
+    return None
 
 
 def _validate(settings: Settings) -> None:
@@ -198,6 +243,17 @@ def _validate(settings: Settings) -> None:
     if "{" in settings.redis_key_prefix or "}" in settings.redis_key_prefix:
         # Braces would make Redis Cluster hash the prefix instead of the counter.
         raise ValueError(f"{flag_name('redis_key_prefix')}: may not contain '{{' or '}}'")
+    for cert, key in (
+        ("tls_cert_file", "tls_key_file"),
+        ("redis_tls_cert_file", "redis_tls_key_file"),
+    ):
+        if bool(getattr(settings, cert)) != bool(getattr(settings, key)):
+            raise ValueError(f"{flag_name(cert)} and {flag_name(key)}: set both or neither")
+    if settings.tls_client_ca_file and not settings.tls_cert_file:
+        raise ValueError(
+            f"{flag_name('tls_client_ca_file')}: client certificates need TLS: "
+            f"set {flag_name('tls_cert_file')} and {flag_name('tls_key_file')} too"
+        )
     for name in ("redis_timeout_ms", "redis_pool_size", "local_cache_max_keys"):
         if getattr(settings, name) < 1:
             raise ValueError(f"{flag_name(name)}: must be at least 1")

@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 from sluice.errors import ConfigDatabaseError
 from sluice.policies import store as store_module
-from sluice.policies.store import PolicyStore, StaleVersionError, redact_url, schema_head
+from sluice.policies.store import PolicyStore, StaleVersionError, schema_head
 
 DOC_A1 = "domain: a\ndescriptors: []\n"
 DOC_A2 = "domain: a\ndescriptors:\n  - key: k\n"
@@ -321,19 +321,6 @@ def test_unsupported_or_malformed_url_is_a_config_database_error() -> None:
     with pytest.raises(ConfigDatabaseError) as caught:
         PolicyStore("not a url :topsecret@")
     assert "topsecret" not in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    ("url", "redacted"),
-    [
-        ("postgresql://u:p%40ss@h:5432/db", "postgresql://u:***@h:5432/db"),
-        ("postgresql://u@h/db", "postgresql://u@h/db"),
-        ("sqlite:///var/lib/sluice/sluice.db", "sqlite:///var/lib/sluice/sluice.db"),
-        ("::garbage://u:secret@host", "::garbage://u:***@host"),
-    ],
-)
-def test_redact_url(url: str, redacted: str) -> None:
-    assert redact_url(url) == redacted
 
 
 def test_upgrading_from_the_first_schema_keeps_every_version(db_url: str) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -50,6 +51,7 @@ class SluiceProcess:
     grpc_port: int
     http_port: int
     log_path: Path
+    scheme: str = "http"
 
     @property
     def grpc_target(self) -> str:
@@ -57,7 +59,7 @@ class SluiceProcess:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{self.scheme}://127.0.0.1:{self.http_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -73,9 +75,9 @@ class SluiceProcess:
         return self.process.returncode
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url + "/healthcheck", timeout=0.5) as response:
+        with urllib.request.urlopen(url + "/healthcheck", timeout=0.5, context=context) as response:
             return response.status == 200
     except OSError:
         return False
@@ -89,8 +91,11 @@ def sluice_serve(
     database_url: str | None = None,
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    https: ssl.SSLContext | None = None,
 ) -> Iterator[SluiceProcess]:
-    """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards."""
+    """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards.
+
+    ``https``: the server runs with TLS; readiness is polled with this client context."""
     grpc_port, http_port = free_port(), free_port()
     database_url = database_url or f"sqlite:///{workdir / 'sluice.db'}"
     args = [
@@ -120,10 +125,12 @@ def sluice_serve(
         cwd=workdir,
         env={**os.environ, **(env or {})},
     )
-    server = SluiceProcess(process, grpc_port, http_port, log_path)
+    server = SluiceProcess(process, grpc_port, http_port, log_path, "https" if https else "http")
     try:
         wait_until(
-            lambda: process.poll() is not None or _healthy(server.http_url), 30, "sluice serve"
+            lambda: process.poll() is not None or _healthy(server.http_url, https),
+            30,
+            "sluice serve",
         )
         if process.poll() is not None:
             raise RuntimeError(f"sluice serve exited with {process.returncode}:\n{server.log()}")

@@ -72,6 +72,47 @@ def test_redacted_hides_the_redis_password() -> None:
     assert settings.redacted()["redis_url"] == "redis+sentinel://u:***@h1:26379,h2:26379/main/0"
 
 
+def test_secrets_can_come_from_files(tmp_path: Path) -> None:
+    token, url = tmp_path / "token", tmp_path / "url"
+    token.write_text("s3cret\n")  # the newline an editor or `echo` leaves is not the secret
+    url.write_text("postgresql://u:pw@h/db")
+    settings = from_arguments(
+        parse("--api-token-file", str(token)), {"SLUICE_DATABASE_URL_FILE": str(url)}
+    )
+    assert (settings.api_token, settings.database_url) == ("s3cret", "postgresql://u:pw@h/db")
+
+
+def test_a_secret_given_directly_beats_its_file_at_the_same_level(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("from-file")
+    assert (
+        from_arguments(parse("--api-token", "direct", "--api-token-file", str(token)), {}).api_token
+        == "direct"
+    )
+    environ = {"SLUICE_API_TOKEN_FILE": str(token)}
+    assert from_arguments(parse(), environ).api_token == "from-file"
+    assert from_arguments(parse("--api-token", "flag"), environ).api_token == "flag"
+
+
+def test_only_secrets_have_file_forms(tmp_path: Path) -> None:
+    secrets = {f.name for f in fields(Settings) if f.metadata["secret"]}
+    assert secrets == {"database_url", "redis_url", "api_token", "admin_users"}
+    port = tmp_path / "port"
+    port.write_text("9")
+    assert from_arguments(parse(), {"SLUICE_GRPC_PORT_FILE": str(port)}).grpc_port == 8081
+    with pytest.raises(SystemExit):
+        parse("--grpc-port-file", str(port))
+
+
+def test_an_unreadable_secret_file_names_its_source(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(ValueError) as info:
+        from_arguments(parse(), {"SLUICE_REDIS_URL_FILE": str(missing)})
+    assert str(info.value) == (
+        f"SLUICE_REDIS_URL_FILE: cannot read {missing}: No such file or directory"
+    )
+
+
 def test_local_cache_flag_has_a_negative_form() -> None:
     assert from_arguments(parse("--no-local-cache"), {}).local_cache is False
     assert from_arguments(parse(), {}).local_cache is True

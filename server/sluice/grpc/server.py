@@ -20,7 +20,13 @@ _RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 
 class GrpcServer:
     def __init__(
-        self, limiter: RateLimiter, host: str, port: int, *, metrics: Metrics | None = None
+        self,
+        limiter: RateLimiter,
+        host: str,
+        port: int,
+        *,
+        metrics: Metrics | None = None,
+        credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         self._server = grpc.aio.server(
             options=[
@@ -36,7 +42,11 @@ class GrpcServer:
         reflection.enable_server_reflection(
             (_RLS_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
         )
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        if credentials is None:
+            self.port = self._server.add_insecure_port(address)
+        else:
+            self.port = self._server.add_secure_port(address, credentials)
         if self.port == 0:
             raise OSError(f"cannot bind the gRPC port {host}:{port}")
 

@@ -13,7 +13,6 @@ constraint stays as a backstop.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,8 +30,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from sluice.errors import ConfigDatabaseError, SluiceError
 from sluice.policies.tables import policy_versions
+from sluice.redaction import redact_url
 
-__all__ = ["PolicyStore", "StaleVersionError", "StoredPolicy", "redact_url", "schema_head"]
+__all__ = ["PolicyStore", "StaleVersionError", "StoredPolicy", "schema_head"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -52,7 +52,6 @@ _PUBLISH_LOCK = 0x736C_7569_6365_0002
 _SQLITE_IMMEDIATE = "sluice_sqlite_immediate"
 
 _MAX_DOMAIN_LENGTH = 255
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@")
 
 
 @dataclass(frozen=True)
@@ -99,17 +98,6 @@ def schema_head() -> str:
     head = ScriptDirectory.from_config(config).get_current_head()
     assert head is not None
     return head
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, safe to log or show."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        # Unparseable URLs still end up in error messages; over-redacting is the safe side.
-        if _PASSWORD_IN_URL.search(url):
-            return _PASSWORD_IN_URL.sub(r"\1***@", url)
-        return "***@" + url.rpartition("@")[2] if "@" in url else url
 
 
 class PolicyStore:

@@ -30,7 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
-__all__ = ["RedisUrl", "connect", "parse_url"]
+__all__ = ["RedisTls", "RedisUrl", "connect", "parse_url"]
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -88,7 +88,27 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """Sentinel's master discovery over a pool that waits for a free connection."""
 
 
-def connect(url: str, *, pool_size: int = 16, timeout_s: float = 0.1) -> Redis | RedisCluster:
+@dataclass(frozen=True)
+class RedisTls:
+    """PEM files for a TLS connection (``rediss``); empty names mean redis-py's defaults
+    (the system's CA bundle, no client certificate)."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+    def options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.ca_file:
+            options["ssl_ca_certs"] = self.ca_file
+        if self.cert_file:
+            options.update(ssl_certfile=self.cert_file, ssl_keyfile=self.key_file)
+        return options
+
+
+def connect(
+    url: str, *, pool_size: int = 16, timeout_s: float = 0.1, tls: RedisTls | None = None
+) -> Redis | RedisCluster:
     """A client for ``url``; nothing connects until the first command."""
     common: dict[str, Any] = {
         "socket_timeout": timeout_s,
@@ -96,6 +116,9 @@ def connect(url: str, *, pool_size: int = 16, timeout_s: float = 0.1) -> Redis |
         "retry": Retry(NoBackoff(), 0),
     }
     scheme = url.partition("://")[0]
+    if tls is not None and scheme.startswith("rediss"):
+        # Only TLS connection classes take these; a plain redis:// URL ignores the files.
+        common.update(tls.options())
     if scheme in PLAIN_SCHEMES:
         pool = BlockingConnectionPool.from_url(
             url, max_connections=pool_size, timeout=timeout_s, **common
