@@ -97,7 +97,10 @@ def sluice_serve(
 
     ``https``: the server runs with TLS; readiness is polled with this client context."""
     grpc_port, http_port = free_port(), free_port()
-    database_url = database_url or f"sqlite:///{workdir / 'sluice.db'}"
+    if database_url is None and not {"SLUICE_DATABASE_URL", "SLUICE_DATABASE_URL_FILE"} & set(
+        env or {}
+    ):
+        database_url = f"sqlite:///{workdir / 'sluice.db'}"
     args = [
         sys.executable,
         "-m",
@@ -109,8 +112,7 @@ def sluice_serve(
         str(grpc_port),
         "--http-port",
         str(http_port),
-        "--database-url",
-        database_url,
+        *(["--database-url", database_url] if database_url is not None else []),
         *(["--config", str(Path(config).resolve())] if config is not None else []),
         *extra_args,
     ]

@@ -1,0 +1,185 @@
+"""The Redis backend over TLS, as an ACL user, against a redis-server the test configures so:
+
+- only TLS (no plaintext port), and clients must present a certificate the test CA signed;
+- the ``default`` user is off; ``sluice`` may touch only keys under its prefix, and may not
+  run admin or dangerous commands (FLUSHALL, CONFIG, KEYS, ...).
+
+A real ``sluice serve`` decides through it; wrong credentials give the failure-mode answer
+and never show the password in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.support.certs import Pki, make_pki
+from tests.support.processes import SluiceProcess, free_port, sluice_serve, wait_until
+
+PASSWORD = "tls-acl-canary-7f3e"
+ADMIN_PASSWORD = "admin-canary-91c2"
+POLICY = """\
+domain: tls
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: gcra}
+  - key: window
+    rate_limit: {unit: hour, requests_per_unit: 2}
+"""
+
+
+class TlsRedis:
+    def __init__(self, pki: Pki, port: int) -> None:
+        self.pki, self.port = pki, port
+
+    def client(self, username: str, password: str, *, with_cert: bool = True) -> redis.Redis:
+        certs = (
+            {"ssl_certfile": str(self.pki.client_cert), "ssl_keyfile": str(self.pki.client_key)}
+            if with_cert
+            else {}
+        )
+        return redis.Redis(
+            port=self.port,
+            ssl=True,
+            ssl_ca_certs=str(self.pki.ca),
+            username=username,
+            password=password,
+            socket_timeout=2,
+            **certs,
+        )
+
+    def admin(self) -> redis.Redis:
+        return self.client("admin", ADMIN_PASSWORD)
+
+
+def _pings(server: TlsRedis) -> bool:
+    try:
+        with server.admin() as client:
+            return bool(client.ping())
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[TlsRedis]:
+    workdir = tmp_path_factory.mktemp("redis-tls")
+    server = TlsRedis(pki, free_port())
+    acl = workdir / "users.acl"
+    acl.write_text(
+        "user default off\n"
+        f"user admin on >{ADMIN_PASSWORD} ~* &* +@all\n"
+        f"user sluice on >{PASSWORD} ~sluice:* resetchannels +@all -@admin -@dangerous\n"
+    )
+    argv = [
+        shutil.which("redis-server") or "/usr/bin/redis-server",
+        "--port", "0",
+        "--tls-port", str(server.port),
+        "--bind", "127.0.0.1",
+        "--tls-cert-file", str(pki.server_cert),
+        "--tls-key-file", str(pki.server_key),
+        "--tls-ca-cert-file", str(pki.ca),
+        "--tls-auth-clients", "yes",
+        "--save", "", "--appendonly", "no", "--dir", str(workdir),
+        "--aclfile", str(acl),
+    ]  # fmt: skip
+    log = (workdir / "redis.log").open("w")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: process.poll() is not None or _pings(server), 10, "TLS redis-server")
+        if process.poll() is not None:
+            pytest.fail(f"redis-server exited: {(workdir / 'redis.log').read_text()}")
+        yield server
+    finally:
+        process.kill()
+        process.wait(10)
+        log.close()
+
+
+def _serve(
+    workdir: Path, server: TlsRedis, url: str, *, client_cert: bool = True
+) -> Iterator[SluiceProcess]:
+    policy = workdir / "policy.yaml"
+    policy.write_text(POLICY)
+    files = ["--redis-tls-ca-file", str(server.pki.ca)]
+    if client_cert:
+        files += [
+            "--redis-tls-cert-file",
+            str(server.pki.client_cert),
+            "--redis-tls-key-file",
+            str(server.pki.client_key),
+        ]
+    args = ["--backend", "redis", "--redis-url", url, "--redis-failure-mode", "deny", *files]
+    # DEBUG: the test asserts that not even debug logging shows the password.
+    with sluice_serve(workdir, config=policy, extra_args=[*args, "--log-level", "DEBUG"]) as s:
+        yield s
+
+
+def _ask(server: SluiceProcess, key: str, value: str) -> dict:
+    body = json.dumps(
+        {"domain": "tls", "descriptors": [{"entries": [{"key": key, "value": value}]}]}
+    )
+    request = urllib.request.Request(server.http_url + "/json", data=body.encode())
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
+
+
+def test_decisions_through_redis_over_tls_as_an_acl_user(
+    tmp_path: Path, tls_redis: TlsRedis
+) -> None:
+    url = f"rediss://sluice:{PASSWORD}@127.0.0.1:{tls_redis.port}/0"
+    for s in _serve(tmp_path, tls_redis, url):
+        codes = {
+            key: [_ask(s, key, "ada")["overallCode"] for _ in range(3)]
+            for key in ("user", "window")
+        }
+        log = s.log()
+    assert codes == {key: ["OK", "OK", "OVER_LIMIT"] for key in ("user", "window")}
+    with tls_redis.admin() as admin:
+        keys = [k.decode() for k in admin.scan_iter(count=1000)]
+        assert keys and all(k.startswith("sluice:") for k in keys)
+        assert all(admin.ttl(k) > 0 for k in keys)
+        admin.flushall()
+    assert PASSWORD not in log
+
+
+@pytest.mark.parametrize(
+    ("case", "password", "client_cert"),
+    [("wrong password", "not-the-password", True), ("no client certificate", PASSWORD, False)],
+)
+def test_refused_connections_get_the_failure_mode_answer_and_hide_the_password(
+    tmp_path: Path, tls_redis: TlsRedis, case: str, password: str, client_cert: bool
+) -> None:
+    url = f"rediss://sluice:{password}@127.0.0.1:{tls_redis.port}/0"
+    for s in _serve(tmp_path, tls_redis, url, client_cert=client_cert):
+        answers = [_ask(s, "user", "bob")["overallCode"] for _ in range(3)]
+        log = s.log()
+    assert answers == ["OVER_LIMIT"] * 3  # --redis-failure-mode deny
+    assert "Redis" in log and password not in log
+
+
+def test_the_acl_user_cannot_leave_its_prefix_or_run_admin_commands(tls_redis: TlsRedis) -> None:
+    # What the ACL in this test (and docs/security.md) grants: a stolen Sluice password
+    # reaches Sluice's own counters and nothing else.
+    with tls_redis.client("sluice", PASSWORD) as client:
+        client.set("sluice:probe", "1", ex=10)
+        for command in (("GET", "other:key"), ("FLUSHALL",), ("CONFIG", "GET", "*"), ("KEYS", "*")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.execute_command(*command)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        with tls_redis.client("sluice", PASSWORD, with_cert=False) as client:
+            client.ping()
