@@ -2,8 +2,8 @@
 
 Pure Python (no Streamlit, no database): the app and ``sluice admin-user`` both use it.
 Hashes are scrypt with a per-user salt, encoded as ``scrypt$n$r$p$salt$hash`` (hex), so the
-cost can be raised later without invalidating stored hashes. Failed sign-ins are limited
-with Sluice's own GCRA step function, keyed by user name.
+cost can be raised later without invalidating stored hashes. Sign-in attempts are rate
+limited by Sluice itself (throttle.py).
 """
 
 from __future__ import annotations
@@ -11,17 +11,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import math
 import secrets
-import threading
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, gcra
+from sluice_admin.throttle import SignInLimiter
 
 __all__ = [
     "Role",
-    "SignInLimiter",
-    "SignInRefused",
     "User",
     "hash_password",
     "parse_users",
@@ -123,60 +119,15 @@ def parse_users(text: str) -> dict[str, Account]:
     return accounts
 
 
-class SignInRefused(Exception):
-    """Too many failed sign-ins for this name; ``retry_after_s`` says when to try again."""
-
-    def __init__(self, name: str, retry_after_s: float) -> None:
-        super().__init__(name, retry_after_s)
-        self.name = name
-        self.retry_after_s = retry_after_s
-
-    def __str__(self) -> str:
-        seconds = max(1, math.ceil(self.retry_after_s))
-        return f"Too many failed sign-ins for '{self.name}'. Try again in {seconds} s."
-
-
-# 5 failures a minute, in a burst of at most 5: a typo or two never locks anyone out, a
-# guessing script gets five tries a minute.
-FAILURE_LIMIT = Limit(requests_per_unit=5, period_s=60, algorithm="gcra", burst=5)
-
-
-class SignInLimiter:
-    """Failed sign-ins per user name, counted by the gcra step function.
-
-    One instance per app process (shared by every browser session), so opening a new tab
-    does not reset the count. The state is one float per name that failed recently.
-    """
-
-    def __init__(self, limit: Limit = FAILURE_LIMIT) -> None:
-        self._limit = limit
-        self._states: dict[str, gcra.GcraState] = {}
-        self._lock = threading.Lock()
-
-    def check(self, name: str, now: float) -> None:
-        """Raise SignInRefused if one more failure would not be admitted now."""
-        with self._lock:
-            _, outcome = gcra.step(self._states.get(name), self._limit, now, 1)
-        if not outcome.allowed:
-            raise SignInRefused(name, outcome.reset_s)
-
-    def failed(self, name: str, now: float) -> None:
-        with self._lock:
-            state, _ = gcra.step(self._states.get(name), self._limit, now, 1)
-            self._states[name] = state
-            # Forget names whose failures have all expired, so guessed names cannot pile up.
-            for stale in [
-                k for k, s in self._states.items() if gcra.expires_at(s, self._limit) < now
-            ]:
-                del self._states[stale]
+MAX_NAME_LENGTH = 255  # what `sluice admin-user add` accepts
 
 
 def sign_in(
-    accounts: dict[str, Account], limiter: SignInLimiter, name: str, password: str, now: float
+    accounts: dict[str, Account], limiter: SignInLimiter, name: str, password: str
 ) -> User | None:
-    """The user, or None for a wrong name or password; SignInRefused when throttled."""
-    limiter.check(name, now)  # before the hash: a throttled name costs no scrypt either
-    user = check_credentials(accounts, name, password)
-    if user is None:
-        limiter.failed(name, now)
-    return user
+    """The user, or None for a wrong name or password; SignInRefused when there were too many
+    attempts for the name, SignInUnavailable when the limiter cannot tell."""
+    if not name or len(name) > MAX_NAME_LENGTH:
+        return None  # no such user can exist: neither counted nor hashed
+    limiter.attempt(name)  # before the hash: a throttled attempt costs no scrypt either
+    return check_credentials(accounts, name, password)

@@ -3,7 +3,6 @@ the chosen domain, and turning expected failures into messages instead of traceb
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,8 +10,9 @@ import streamlit as st
 
 from sluice.errors import ConfigDatabaseError, SluiceError
 from sluice.settings import Settings, from_arguments
-from sluice_admin.auth import SignInLimiter, SignInRefused, User, parse_users, sign_in
+from sluice_admin.auth import User, parse_users, sign_in
 from sluice_admin.data import AdminData
+from sluice_admin.throttle import SignInLimiter, SignInRefused, SignInUnavailable
 
 __all__ = [
     "choose_domain",
@@ -43,9 +43,12 @@ def _open(url: str, max_log_limit: int) -> AdminData:
 
 
 @st.cache_resource(show_spinner=False)
-def _limiter(url: str) -> SignInLimiter:
-    # One per process (all browser sessions), per database: a new tab does not reset it.
-    return SignInLimiter()
+def _limiter(database_url: str, _settings: Settings) -> SignInLimiter:
+    # One per process and config database (all browser sessions): a new tab does not reset
+    # it. With the Redis backend every admin replica shares the counts too.
+    from sluice.app import make_backend
+
+    return SignInLimiter(make_backend(_settings) if _settings.backend == "redis" else None)
 
 
 def data() -> AdminData:
@@ -97,8 +100,8 @@ def sign_in_as(name: str, password: str) -> str | None:
             "`sluice admin-user add NAME --role editor` (or set SLUICE_ADMIN_USERS)."
         )
     try:
-        signed_in = sign_in(accounts, _limiter(s.database_url), name, password, time.time())
-    except SignInRefused as exc:
+        signed_in = sign_in(accounts, _limiter(s.database_url, s), name, password)
+    except (SignInRefused, SignInUnavailable) as exc:
         return str(exc)
     if signed_in is None:
         return "Wrong user name or password."

@@ -29,12 +29,13 @@ from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import UsageRecorder
 from sluice.usage.store import UsageStore
 
-__all__ = ["Sluice"]
+__all__ = ["Sluice", "make_backend"]
 
 log = logging.getLogger("sluice")
 
 
-def _make_backend(settings: Settings) -> Backend:
+def make_backend(settings: Settings) -> Backend:
+    """The backend the settings name: memory, or Redis (with the local over-limit cache)."""
     if settings.backend != "redis":
         return MemoryBackend(max_keys=settings.memory_max_keys)
     log.info("algorithm state in Redis at %s", redact_url(settings.redis_url))
@@ -66,7 +67,7 @@ class Sluice:
         self.tls = ServerTls.from_settings(settings)
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
-        self.backend = backend if backend is not None else _make_backend(settings)
+        self.backend = backend if backend is not None else make_backend(settings)
         self.recorder = UsageRecorder(near_limit_ratio=settings.near_limit_ratio)
         self.metrics = Metrics(self._metric_state)
         self.limiter = RateLimiter(

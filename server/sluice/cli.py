@@ -213,7 +213,25 @@ def _rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # What the admin app reads (through SLUICE_* variables, see _admin).
-_ADMIN_SETTINGS = ("database_url", "admin_users", "max_sliding_log_limit", "log_level")
+_ADMIN_SETTINGS = (
+    "database_url",
+    "admin_users",
+    "max_sliding_log_limit",
+    "log_level",
+    # The sign-in throttle decides with the server's backend (shared when it is Redis).
+    "backend",
+    "redis_url",
+    "redis_key_prefix",
+    "redis_timeout_ms",
+    "redis_tls_ca_file",
+    "redis_tls_cert_file",
+    "redis_tls_key_file",
+    # HTTPS for the app itself (Streamlit cannot ask browsers for client certificates).
+    "tls_cert_file",
+    "tls_key_file",
+)
+# Largest policy file the Import page takes; Streamlit refuses bigger uploads itself.
+ADMIN_MAX_UPLOAD_MB = 1
 
 
 def _admin(args: argparse.Namespace, settings: Settings) -> int:
@@ -237,6 +255,16 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
         # No "Deploy" button or developer menu: this is an operator's tool, not a demo.
         "--client.toolbarMode",
         "minimal",
+        "--server.maxUploadSize",
+        str(ADMIN_MAX_UPLOAD_MB),
+        "--server.enableXsrfProtection",
+        "true",
+        *(
+            ["--server.sslCertFile", settings.tls_cert_file]
+            + ["--server.sslKeyFile", settings.tls_key_file]
+            if settings.tls_cert_file
+            else []
+        ),
         *(["--server.address", args.address] if args.address else []),
     ]
     sys.stdout.flush()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from sluice.app import make_backend
+from sluice.clock import ManualClock
 from sluice.policies.yaml_format import load_text
+from sluice.settings import Settings
 from sluice_admin.auth import (
     Account,
     Role,
-    SignInLimiter,
-    SignInRefused,
     User,
     hash_password,
     parse_users,
@@ -17,7 +18,8 @@ from sluice_admin.auth import (
     verify_password,
 )
 from sluice_admin.data import AdminData, NotAllowedError
-from tests.support.processes import run_sluice
+from sluice_admin.throttle import SignInLimiter, SignInRefused, SignInUnavailable
+from tests.support.processes import free_port, run_sluice
 
 VIEWER, EDITOR = User("vi", Role.VIEWER), User("ed", Role.EDITOR)
 
@@ -41,29 +43,54 @@ def test_users_setting() -> None:
         parse_users("ann:editor")
 
 
-def test_gcra_allows_five_failures_then_one_every_twelve_seconds() -> None:
-    limiter = SignInLimiter()
+def test_five_attempts_then_one_every_twelve_seconds_per_name() -> None:
+    clock = ManualClock(1000.0)
+    limiter = SignInLimiter(clock=clock)
     for _ in range(5):
-        limiter.check("ann", 1000.0)
-        limiter.failed("ann", 1000.0)
+        limiter.attempt("ann")
     with pytest.raises(SignInRefused) as refused:
-        limiter.check("ann", 1000.0)
+        limiter.attempt("ann")
     assert refused.value.retry_after_s == pytest.approx(12.0)
-    assert str(refused.value) == "Too many failed sign-ins for 'ann'. Try again in 12 s."
+    assert str(refused.value) == "Too many sign-in attempts for 'ann'. Try again in 12 s."
+    clock.set(1011.9)
     with pytest.raises(SignInRefused):
-        limiter.check("ann", 1011.9)
-    limiter.check("ann", 1012.0)
-    limiter.check("bob", 1000.0)  # per name
+        limiter.attempt("ann")
+    clock.set(1012.0)
+    limiter.attempt("ann")
+    limiter.attempt("bob")  # per name
 
 
 def test_a_throttled_name_is_refused_even_with_the_right_password() -> None:
     accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
-    limiter = SignInLimiter()
+    clock = ManualClock()
+    limiter = SignInLimiter(clock=clock)
     for _ in range(5):
-        assert sign_in(accounts, limiter, "ann", "wrong", 0.0) is None
+        assert sign_in(accounts, limiter, "ann", "wrong") is None
     with pytest.raises(SignInRefused):
-        sign_in(accounts, limiter, "ann", "right", 0.0)
-    assert sign_in(accounts, limiter, "ann", "right", 12.0) == User("ann", Role.EDITOR)
+        sign_in(accounts, limiter, "ann", "right")
+    clock.advance(12.0)
+    assert sign_in(accounts, limiter, "ann", "right") == User("ann", Role.EDITOR)
+
+
+def test_impossible_names_are_neither_counted_nor_hashed() -> None:
+    accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
+    limiter = SignInLimiter(clock=ManualClock())
+    for name in ("", "x" * 256):
+        for _ in range(10):
+            assert sign_in(accounts, limiter, name, "right") is None
+    assert sign_in(accounts, limiter, "ann", "right") == User("ann", Role.EDITOR)
+
+
+def test_sign_in_fails_closed_when_the_limiters_redis_is_down() -> None:
+    # A Redis backend pointed at a port nothing listens on: the limiter cannot decide, so
+    # nobody signs in (an outage must not switch the throttle off).
+    backend = make_backend(
+        Settings(backend="redis", redis_url=f"redis://127.0.0.1:{free_port()}/0", local_cache=False)
+    )
+    limiter = SignInLimiter(backend)
+    accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
+    with pytest.raises(SignInUnavailable):
+        sign_in(accounts, limiter, "ann", "right")
 
 
 def test_viewers_cannot_change_anything_even_bypassing_the_ui(database_url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sluice.policies.service import PolicyService
 from sluice.policies.yaml_format import load_text
+from sluice_admin.views.transfer import MAX_UPLOAD_BYTES
 from tests.admin._harness import codes, errors, new_app, no_exceptions, open_page, sign_in, texts
 
 BAD = b"domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: eon}\n"
@@ -70,6 +71,28 @@ def test_import_shows_the_loaders_errors_by_line(database_url: str) -> None:
         "limits.yaml:4: rate_limit needs 'requests_per_unit' (or 'unlimited: true')",
     ]
     assert not any(b.key == "transfer_import" for b in at.button)
+
+
+def test_import_refuses_malformed_json_naming_the_line(database_url: str) -> None:
+    broken = b'{"domain": "shop",\n "descriptors": [\n  {"key": "user",, "value": "x"}\n]}\n'
+    at = open_page(sign_in(new_app(), "ed"), "transfer")
+    at.file_uploader(key="transfer_file").upload("limits.json", broken, "application/json").run()
+    no_exceptions(at)
+    assert errors(at) == ["The file has 1 problem(s); nothing was imported:"]
+    [problem] = codes(at)[-1].splitlines()
+    assert problem.startswith("limits.json:3: ")
+    assert not any(b.key == "transfer_import" for b in at.button)
+
+
+def test_import_refuses_an_oversized_or_binary_file(database_url: str) -> None:
+    at = open_page(sign_in(new_app(), "ed"), "transfer")
+    huge = GOOD + b"# padding\n" * (MAX_UPLOAD_BYTES // 10)
+    at.file_uploader(key="transfer_file").upload("huge.yaml", huge, "application/yaml").run()
+    assert errors(at) == ["The file is larger than 1024 KiB; nothing was imported."]
+    at.file_uploader(key="transfer_file").upload("bin.yaml", b"\xff\xfe\x00", "application/yaml")
+    at.run()
+    assert errors(at) == ["The file is not UTF-8 text."]
+    no_exceptions(at)
 
 
 def test_import_publishes_a_valid_file(database_url: str, service: PolicyService) -> None:

@@ -48,7 +48,7 @@ def test_failed_sign_ins_are_throttled_per_name(database_url: str) -> None:
     # 5 per minute in a burst of 5 is one every 12 s once the burst is spent.
     sign_in(at, "ed", PASSWORD)
     [message] = errors(at)
-    assert message.startswith("Too many failed sign-ins for 'ed'. Try again in ")
+    assert message.startswith("Too many sign-in attempts for 'ed'. Try again in ")
     assert int(message.split()[-2]) in range(1, 13)
     assert [t.value for t in at.title] == ["Sluice admin"]
     # Another name is not affected, also from a fresh browser session.

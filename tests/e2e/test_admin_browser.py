@@ -9,78 +9,36 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from playwright import sync_api as playwright
 
 from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import load_text
-from sluice_admin.auth import hash_password
-from tests.support.processes import free_port, sluice_serve, wait_until
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, run_admin
+from tests.e2e.browser import settle as browser_settle
+from tests.support.processes import sluice_serve, wait_until
 
 pytestmark = pytest.mark.e2e
 
-playwright = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Screenshots go to the test's tmp dir; SLUICE_UPDATE_SCREENSHOTS=1 refreshes the committed set
 # in docs/screenshots/ (used by the README), so a plain test run leaves the checkout clean.
 DOC_SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
-PASSWORD = "browser test pw"
 OK, OVER = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/_stcore/health", timeout=0.5) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture
 def admin_app(tmp_path: Path, database_url: str) -> Iterator[str]:
-    """``sluice admin`` on a free port; its URL once Streamlit answers its health check."""
-    port = free_port()
-    log = open(tmp_path / "admin.log", "w")  # noqa: SIM115 (closed below)
-    env = {**os.environ, "SLUICE_ADMIN_USERS": f"ed:editor:{hash_password(PASSWORD)}"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "admin", "--port", str(port), "--address", "127.0.0.1"]
-        + ["--database-url", database_url],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: process.poll() is not None or _healthy(url), 30, "sluice admin")
-        assert process.poll() is None, (tmp_path / "admin.log").read_text()
+    with run_admin(tmp_path, database_url) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 @pytest.fixture
@@ -125,9 +83,7 @@ def test_publish_watch_roll_back_in_a_browser(
         page.set_default_timeout(15_000)
 
         def settle() -> None:
-            # Streamlit reruns the script after every input; a click during a rerun lands on
-            # elements being replaced. Wait until the app says it is idle.
-            page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+            browser_settle(page)
 
         def nav(title: str) -> None:
             # The sidebar links keep the session (a new URL would start a new one).

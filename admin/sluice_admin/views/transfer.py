@@ -11,6 +11,7 @@ from sluice_admin.auth import User
 from sluice_admin.data import AdminData
 
 _NOTICE = "transfer_notice"
+MAX_UPLOAD_BYTES = 1024 * 1024
 
 
 def render() -> None:
@@ -50,11 +51,17 @@ def _export(data: AdminData) -> None:
 def _import(data: AdminData, user: User) -> None:
     st.subheader("Import", anchor=False)
     st.caption(
-        "An envoyproxy/ratelimit YAML file (several domains separated by ---). It is checked "
-        "by the server's loader first; a file with any problem changes nothing."
+        "An envoyproxy/ratelimit YAML file (several domains separated by ---; JSON is YAML "
+        "too). It is checked by the server's loader first; a file with any problem changes "
+        "nothing."
     )
-    upload = st.file_uploader("Policy file", type=["yaml", "yml"], key="transfer_file")
+    upload = st.file_uploader("Policy file", type=["yaml", "yml", "json"], key="transfer_file")
     if upload is None:
+        return
+    if upload.size > MAX_UPLOAD_BYTES:
+        # Streamlit's own limit (sluice admin sets it) stops bigger uploads first; this holds
+        # when the app is started some other way.
+        st.error(f"The file is larger than {MAX_UPLOAD_BYTES // 1024} KiB; nothing was imported.")
         return
     try:
         text = upload.getvalue().decode("utf-8")

@@ -1,0 +1,78 @@
+"""The admin app in Debian's chromium: starting ``sluice admin`` and driving pages."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sluice_admin.auth import hash_password
+from tests.support.processes import free_port, wait_until
+
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "PASSWORD", "run_admin", "settle", "sign_in"]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "browser test pw"
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/_stcore/health", timeout=0.5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def run_admin(workdir: Path, database_url: str) -> Iterator[str]:
+    """``sluice admin`` on a free port, with editor ``ed``; its URL once Streamlit answers."""
+    port = free_port()
+    log = open(workdir / "admin.log", "w")  # noqa: SIM115 (closed below)
+    env = {**os.environ, "SLUICE_ADMIN_USERS": f"ed:editor:{hash_password(PASSWORD)}"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "admin", "--port", str(port), "--address", "127.0.0.1"]
+        + ["--database-url", database_url],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: process.poll() is not None or _healthy(url), 30, "sluice admin")
+        assert process.poll() is None, (workdir / "admin.log").read_text()
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def settle(page: Any) -> None:
+    """Wait until Streamlit is idle: it reruns the script after every input, and a click
+    during a rerun lands on elements being replaced."""
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+
+
+def sign_in(page: Any, url: str, name: str = "ed", password: str = PASSWORD) -> None:
+    page.goto(url)
+    page.get_by_label("User name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Overview").wait_for()
