@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,31 +28,39 @@ CHROMIUM_ARGS = [
 PASSWORD = "browser test pw"
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url + "/_stcore/health", timeout=0.5) as response:
+        with urllib.request.urlopen(
+            url + "/_stcore/health", timeout=0.5, context=context
+        ) as response:
             return response.status == 200
     except OSError:
         return False
 
 
 @contextlib.contextmanager
-def run_admin(workdir: Path, database_url: str) -> Iterator[str]:
-    """``sluice admin`` on a free port, with editor ``ed``; its URL once Streamlit answers."""
+def run_admin(
+    workdir: Path,
+    database_url: str,
+    extra_args: Sequence[str] = (),
+    https: ssl.SSLContext | None = None,
+) -> Iterator[str]:
+    """``sluice admin`` on a free port, with editor ``ed``; its URL once Streamlit answers
+    (over HTTPS, checked with the ``https`` client context, when given)."""
     port = free_port()
     log = open(workdir / "admin.log", "w")  # noqa: SIM115 (closed below)
     env = {**os.environ, "SLUICE_ADMIN_USERS": f"ed:editor:{hash_password(PASSWORD)}"}
     process = subprocess.Popen(
         [sys.executable, "-m", "sluice", "admin", "--port", str(port), "--address", "127.0.0.1"]
-        + ["--database-url", database_url],
+        + ["--database-url", database_url, *extra_args],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=workdir,
         env=env,
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if https else 'http'}://127.0.0.1:{port}"
     try:
-        wait_until(lambda: process.poll() is not None or _healthy(url), 30, "sluice admin")
+        wait_until(lambda: process.poll() is not None or _healthy(url, https), 30, "sluice admin")
         assert process.poll() is None, (workdir / "admin.log").read_text()
         yield url
     finally:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import load_text
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, run_admin, settle, sign_in
+from tests.support.certs import make_pki
 from tests.support.processes import sluice_serve, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -147,3 +150,16 @@ def test_an_oversized_upload_is_refused_and_nothing_published(
         assert page.get_by_role("button", name="Import").count() == 0
     with PolicyStore(database_url) as store:
         assert [view.domain for view in PolicyService(store).domains()] == ["shop"]
+
+
+def test_the_admin_app_serves_https_with_the_servers_certificate(
+    tmp_path: Path, database_url: str
+) -> None:
+    pki = make_pki(tmp_path)
+    args = ["--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)]
+    with run_admin(tmp_path, database_url, args, https=pki.client_context()) as url:
+        assert url.startswith("https://")
+        with urllib.request.urlopen(url + "/_stcore/health", context=pki.client_context()) as r:
+            assert r.status == 200
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # no plaintext beside it
+            urllib.request.urlopen(url.replace("https", "http") + "/_stcore/health", timeout=5)
