@@ -39,6 +39,10 @@ def servers(
     config = workdir / "policy.yaml"
     config.write_text(POLICY)
     args = ["--backend", "redis", "--redis-url", url, "--redis-key-prefix", f"x{uuid.uuid4().hex}:"]
+    # Exactness is the subject here, not timeouts: on a busy 2-core machine the event loop can
+    # stall past the default 100 ms and fail a call that Redis answered (faults are tested in
+    # tests/faults with their own timeouts).
+    args += ["--redis-timeout-ms", "1000"]
     with ExitStack() as stack:
         # The first imports the policy; both then serve it from the shared database.
         first = stack.enter_context(sluice_serve(workdir, config=config, extra_args=args))

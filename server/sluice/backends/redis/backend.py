@@ -17,7 +17,15 @@ instances with skewed clocks agree on window boundaries; otherwise a batch uses 
 
 Failures: connection errors, timeouts and Redis error replies become
 BackendUnavailableError; a circuit breaker turns a run of them into fail-fast answers that
-touch no socket until a probe succeeds.
+touch no socket until a probe succeeds. Whatever happens inside a call, each caller has its
+answer within ``answer_timeout_s`` (by default three socket timeouts of the client): past it,
+BackendUnavailableError, and the call's late result is dropped.
+
+Redis Cluster: one breaker per master (as the client's slot table names it), so a dead master
+fails only its own slots while the others keep deciding; its slots come back as soon as the
+table names the replica that took over (redis-py refreshes the table after any failed call,
+and the dead master's probe fails every cool-down). ``breaker`` guards the refresh itself,
+done once per batch before the calls fan out: it fails only when no node answers.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ log = logging.getLogger("sluice.redis")
 
 _Outcomes = list[tuple[Outcome, ...]]
 _ERRORS = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
+_CIRCUIT_OPEN = "Redis unavailable (circuit open)"
 
 
 class _Request:
@@ -69,6 +78,7 @@ class RedisBackend:
         max_batch_hits: int = 1024,
         max_concurrent_calls: int = 16,
         breaker: CircuitBreaker | None = None,
+        answer_timeout_s: float | None = None,
     ) -> None:
         if max_in_flight < 1 or max_batch_hits < 1 or max_concurrent_calls < 1:
             raise ValueError("max_in_flight, max_batch_hits and max_concurrent_calls must be >= 1")
@@ -82,6 +92,12 @@ class RedisBackend:
         # Cluster calls go out per slot; this bounds them to what the per-node pools hold.
         self._calls = asyncio.Semaphore(max_concurrent_calls)
         self.breaker = breaker or CircuitBreaker()
+        self._node_breakers: dict[str, CircuitBreaker] = {}  # Cluster: per master, by name
+        # Each caller's answer within this, whatever the client library does inside a call
+        # (redis-py's cluster client sleeps and rediscovers the topology in there).
+        self._answer_timeout_s = (
+            answer_timeout_s if answer_timeout_s is not None else _answer_budget_s(client)
+        )
         self._pending: list[_Request] = []
         self._flush_scheduled = False
         self._in_flight = 0
@@ -92,13 +108,14 @@ class RedisBackend:
         self.requests = 0
         self.failures = 0
         self.fast_failures = 0
+        self.late_answers = 0  # callers answered "unavailable" when the budget ran out
 
     async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
         if not hits:
             return []
         if self.breaker.rejects():
             self.fast_failures += 1
-            raise BackendUnavailableError("Redis unavailable (circuit open)")
+            raise BackendUnavailableError(_CIRCUIT_OPEN)
         names = self._names
         keys = [names.keys(hit.counter_key, hit.limits) for hit in hits]
         loop = asyncio.get_running_loop()
@@ -108,7 +125,30 @@ class RedisBackend:
         if not self._flush_scheduled and self._in_flight < self._max_in_flight:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        return await future
+        if self._answer_timeout_s is None:
+            return await future
+        # The call carrying this request goes on (its result, if any, is dropped): only the
+        # wait ends. A timer per request, as cheap as it gets: no task, no extra future.
+        timer = loop.call_later(self._answer_timeout_s, self._expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def _expire(self, future: asyncio.Future) -> None:
+        if not future.done():
+            self.late_answers += 1
+            future.set_exception(
+                BackendUnavailableError(
+                    f"Redis: no answer within {self._answer_timeout_s * 1000:.0f} ms"
+                )
+            )
+
+    @property
+    def circuit_open(self) -> bool:
+        """Some decisions fail fast: the breaker, or on Cluster a master's, is not closed."""
+        breakers = (self.breaker, *self._node_breakers.values())
+        return any(b.state != CLOSED for b in breakers)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -149,35 +189,40 @@ class RedisBackend:
         batch = [r for r in batch if not r.future.done()]
         if not batch:
             return
-        if not self.breaker.acquire():
+        if not self._cluster and not self.breaker.acquire():
             # Queued before the breaker opened: fail now rather than wait out a timeout.
             self.fast_failures += len(batch)
-            self._fail(batch, BackendUnavailableError("Redis unavailable (circuit open)"))
+            self._fail(batch, BackendUnavailableError(_CIRCUIT_OPEN))
             return
         now = None if self._server_time else max(r.now for r in batch)
-        self.round_trips += 1
         try:
             if self._cluster:
-                ok = await self._send_cluster(batch, now)
-            else:
-                ok = await self._send_one(batch, now)
+                await self._send_cluster(batch, now)  # breakers per master, in there
+                return
+            self.round_trips += 1
+            ok = await self._send_one(batch, now)
         except Exception as exc:  # a bug, not an outage: every caller sees it, the log too
             log.exception("Redis backend: unexpected error")
             self._fail(batch, exc)
             return
+        self._settle(self.breaker, ok, "Redis")
+
+    def _settle(self, breaker: CircuitBreaker, ok: bool, what: str) -> None:
+        """Tell ``breaker`` how a call went; log when it opens and when it closes again."""
         if ok:
-            if self.breaker.state != CLOSED:
-                log.warning("Redis reachable again: deciding with it")
-            self.breaker.success()
-        else:
-            self.failures += 1
-            opened = self.breaker.opened
-            self.breaker.failure()
-            if self.breaker.opened != opened:
-                log.warning(
-                    "Redis unreachable: failing fast for %.1fs (failure mode decides the answers)",
-                    self.breaker.cooldown_s,
-                )
+            if breaker.state != CLOSED:
+                log.warning("%s reachable again: deciding with it", what)
+            breaker.success()
+            return
+        self.failures += 1
+        opened = breaker.opened
+        breaker.failure()
+        if breaker.opened != opened:
+            log.warning(
+                "%s unreachable: failing fast for %.1fs (failure mode decides the answers)",
+                what,
+                breaker.cooldown_s,
+            )
 
     async def _send_one(self, batch: list[_Request], now: float | None) -> bool:
         hits = [hit for r in batch for hit in r.hits]
@@ -196,7 +241,23 @@ class RedisBackend:
             start = end
         return True
 
-    async def _send_cluster(self, batch: list[_Request], now: float | None) -> bool:
+    async def _send_cluster(self, batch: list[_Request], now: float | None) -> None:
+        # redis-py's cluster client learns the topology lazily, and commands that start
+        # together while it does (on first use, and after it dropped every connection, as it
+        # does on CLUSTERDOWN) close connections under each other: ConnectionError, even
+        # AttributeError. So learn it here, alone, before the calls fan out (a no-op when
+        # known). ``breaker`` guards this step: it fails when no node can be reached.
+        if not self.breaker.acquire():
+            self.fast_failures += len(batch)
+            self._fail(batch, BackendUnavailableError(_CIRCUIT_OPEN))
+            return
+        try:
+            await self._client.initialize()
+        except _ERRORS as exc:
+            self._fail(batch, _unavailable(exc))
+            self._settle(self.breaker, False, "Redis")
+            return
+        self._settle(self.breaker, True, "Redis")
         # slot -> hits, their keys, and where each hit's outcome goes (request, hit index).
         groups: dict[int, tuple[list[Hit], list[str], list[tuple[int, int]]]] = {}
         for n, r in enumerate(batch):
@@ -206,9 +267,17 @@ class RedisBackend:
                 hits.append(hit)
                 flat.extend(keys)
                 where.append((n, i))
-        results = await asyncio.gather(
-            *(self._call(hits, keys, now) for hits, keys, _ in groups.values())
-        )
+        calls, sent = [], 0
+        for hits, keys, _ in groups.values():
+            node, breaker = self._node_breaker(keys[0] if keys else None)
+            # One probe per master when its cool-down is over; its other slots fail fast.
+            if breaker.acquire():
+                calls.append(self._call(node, breaker, hits, keys, now))
+                sent += 1
+            else:
+                calls.append(_circuit_open())
+        self.round_trips += sent > 0
+        results = await asyncio.gather(*calls)
         answers: list[list[tuple[Outcome, ...] | None]] = [[None] * len(r.hits) for r in batch]
         failed: dict[int, BaseException] = {}
         for (_, _, where), result in zip(groups.values(), results, strict=True):
@@ -220,27 +289,62 @@ class RedisBackend:
         for n, r in enumerate(batch):
             if r.future.done():
                 continue
-            if n in failed:
-                r.future.set_exception(_unavailable(failed[n]))
-            else:
+            if n not in failed:
                 r.future.set_result(answers[n])
-        return not failed
+            elif isinstance(failed[n], BackendUnavailableError):  # failed fast
+                self.fast_failures += 1
+                r.future.set_exception(failed[n])
+            else:
+                r.future.set_exception(_unavailable(failed[n]))
+
+    def _node_breaker(self, key: str | None) -> tuple[str, CircuitBreaker]:
+        """The master serving ``key`` as the client's slot table says, and its breaker (what
+        to call it in the log); ``breaker`` when the table names none (or there is no key)."""
+        try:
+            node = self._client.get_node_from_key(key) if key is not None else None
+        except RedisClusterException:  # the slot is not (yet) in the table
+            node = None
+        if node is None:
+            return "Redis", self.breaker
+        breaker = self._node_breakers.get(node.name)
+        if breaker is None:
+            breaker = self._node_breakers[node.name] = self.breaker.sibling()
+        return f"Redis node {node.name}", breaker
 
     async def _call(
-        self, hits: list[Hit], keys: list[str], now: float | None
+        self,
+        node: str,
+        breaker: CircuitBreaker,
+        hits: list[Hit],
+        keys: list[str],
+        now: float | None,
     ) -> _Outcomes | BaseException:
         self.script_calls += 1
         async with self._calls:
             try:
-                return await self._script(keys, hits, now)
+                outcomes = await self._script(keys, hits, now)
             except _ERRORS as exc:
+                self._settle(breaker, False, node)
                 return exc
+        self._settle(breaker, True, node)
+        return outcomes
 
     @staticmethod
     def _fail(batch: Sequence[_Request], exc: BaseException) -> None:
         for r in batch:
             if not r.future.done():
                 r.future.set_exception(exc)
+
+
+def _answer_budget_s(client: Any) -> float | None:
+    """Three of the client's socket timeouts (pool wait, connect, read), if it has one."""
+    holder = getattr(client, "nodes_manager", None) or getattr(client, "connection_pool", None)
+    timeout = getattr(holder, "connection_kwargs", {}).get("socket_timeout")
+    return 3 * timeout if isinstance(timeout, int | float) and timeout > 0 else None
+
+
+async def _circuit_open() -> BackendUnavailableError:
+    return BackendUnavailableError(_CIRCUIT_OPEN)
 
 
 def _unavailable(exc: BaseException) -> BackendUnavailableError:

@@ -5,6 +5,9 @@ open: calls fail at once, without touching the network, for ``cooldown_s``.
 half-open: after the cool-down, the next call is let through as a probe while the others
 keep failing fast; its success closes the breaker, its failure opens it for another
 cool-down. Real calls are the probes, so recovery needs no background task.
+
+On Redis Cluster the backend keeps one breaker per master (``sibling``): a dead master fails
+its own slots fast while the others keep deciding.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ class CircuitBreaker:
         self.failures = 0  # consecutive
         self.opened = 0  # how many times it opened, for metrics and tests
         self._opened_at = 0.0
+
+    def sibling(self) -> CircuitBreaker:
+        """A new, closed breaker with the same threshold, cool-down and clock."""
+        return CircuitBreaker(
+            failure_threshold=self.failure_threshold, cooldown_s=self.cooldown_s, clock=self._clock
+        )
 
     def rejects(self) -> bool:
         """True while calls must fail fast (open and cooling down, or a probe in flight)."""

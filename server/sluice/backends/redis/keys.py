@@ -19,14 +19,26 @@ from urllib.parse import quote
 
 from sluice.algorithms import Limit
 
-__all__ = ["MAX_TAG_BYTES", "KeyNamer", "counter_tag"]
+__all__ = ["MAX_TAG_BYTES", "TAG_CACHE_ENTRIES", "KeyNamer", "counter_tag"]
 
 MAX_TAG_BYTES = 128
 
 
-@lru_cache(maxsize=65536)
+# Tags of short counters are cached: the same counters come back request after request.
+# Bounded in entries *and* in size: only counters whose parts total at most MAX_TAG_BYTES are
+# cached, so a flood of distinct, maximum-length descriptors (up to 16 entries of 1 KiB)
+# cannot turn the cache into gigabytes; those are hashed every time.
+TAG_CACHE_ENTRIES = 16384
+
+
 def counter_tag(counter_key: tuple[str, ...]) -> str:
-    """The hash tag of a counter (cached: the same counters come back request after request)."""
+    """The hash tag of a counter."""
+    if sum(map(len, counter_key)) > MAX_TAG_BYTES:
+        return _tag(counter_key)
+    return _cached_tag(counter_key)
+
+
+def _tag(counter_key: tuple[str, ...]) -> str:
     tag = ":".join(quote(part, safe="", errors="surrogatepass") for part in counter_key)
     if not tag:
         # Redis ignores an empty "{}" and hashes the whole key, which would split the counter
@@ -35,6 +47,9 @@ def counter_tag(counter_key: tuple[str, ...]) -> str:
     if len(tag) > MAX_TAG_BYTES:
         return "#" + hashlib.sha1(tag.encode("ascii")).hexdigest()
     return tag
+
+
+_cached_tag = lru_cache(maxsize=TAG_CACHE_ENTRIES)(_tag)
 
 
 class KeyNamer:

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from sluice.algorithms import Limit
-from sluice.backends.redis.keys import MAX_TAG_BYTES, KeyNamer, counter_tag
+from sluice.backends.redis.keys import (
+    MAX_TAG_BYTES,
+    TAG_CACHE_ENTRIES,
+    KeyNamer,
+    _cached_tag,
+    counter_tag,
+)
 
 counter_keys = st.lists(st.text(max_size=20), min_size=1, max_size=4).map(tuple)
 
@@ -46,3 +52,17 @@ def test_long_tags_are_hashed() -> None:
 def test_a_prefix_with_braces_is_refused() -> None:
     with pytest.raises(ValueError, match="may not contain"):
         KeyNamer("a{b}:")
+
+
+def test_the_tag_cache_is_bounded_in_entries_and_in_size() -> None:
+    # A flood of distinct maximum-length counters must not fill the cache with kilobytes
+    # each: long counters are hashed every time, short ones cached up to a fixed count.
+    before = _cached_tag.cache_info().currsize
+    for n in range(100):
+        long_key = ("domain", "user", f"{n}-" + "x" * 1024)
+        assert counter_tag(long_key).startswith("#")
+    assert _cached_tag.cache_info().currsize == before
+    assert _cached_tag.cache_info().maxsize == TAG_CACHE_ENTRIES
+    short_key = ("domain", "user", "a-fresh-short-value")
+    assert counter_tag(short_key) == counter_tag(short_key) == "domain:user:a-fresh-short-value"
+    assert _cached_tag.cache_info().currsize <= before + 1
