@@ -191,12 +191,17 @@ class Server:
     def target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def grpc_errors(self) -> int:
-        """Calls Sluice answered with a gRPC error so far (h2load cannot see those)."""
+    def metrics(self) -> str:
+        """Sluice's /metrics, as text."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def grpc_errors(self, metrics: str | None = None) -> int:
+        """Calls Sluice answered with a gRPC error so far (h2load cannot see those), from
+        ``metrics`` when the caller already fetched them."""
         if self.http_port is None:
             return 0
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
+        text = self.metrics() if metrics is None else metrics
         total = 0
         for line in text.splitlines():
             if (
