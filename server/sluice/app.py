@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 
 from aiohttp import web
 
@@ -146,7 +148,8 @@ class Sluice:
                 redis_round_trips=backend.round_trips,
                 redis_script_calls=backend.script_calls,
                 redis_fast_failures=backend.fast_failures,
-                redis_circuit_open=float(backend.breaker.state != "closed"),
+                redis_late_answers=backend.late_answers,
+                redis_circuit_open=float(backend.circuit_open),
             )
         if isinstance(self.backend, MemoryBackend):
             state.update(
@@ -203,13 +206,25 @@ class Sluice:
             "plaintext" if self.tls is None else "mTLS" if self.tls.mutual else "TLS",
         )
 
-    async def stop(self) -> None:
-        """Drain: health turns NOT_SERVING, new calls are refused, in-flight calls finish."""
+    async def stop(self, *, exiting: bool = False) -> None:
+        """Drain, then close. Health turns NOT_SERVING and new calls are refused with
+        UNAVAILABLE (a client may retry them on another instance) while calls in flight
+        finish, for up to ``shutdown_grace_s``.
+
+        ``exiting``: the process ends right after, so the gRPC server is left to the exit,
+        which closes its connections (UNAVAILABLE for any call still on them). grpc's own
+        shutdown cancels the calls that reach it while it runs, and clients do not retry
+        CANCELLED.
+        """
         self._serving = False
         if self.reloader is not None:
             await self.reloader.stop()
         if self._grpc is not None:
-            await self._grpc.stop(self.settings.shutdown_grace_s)
+            await self._grpc.set_serving(False)
+            if not await self._grpc.servicer.drain(self.settings.shutdown_grace_s):
+                log.warning("shutdown grace period over: calls still in flight are cut off")
+            if not exiting:
+                await self._grpc.stop(0)
         if self._http is not None:
             await self._http.cleanup()
         if self.flusher is not None:
@@ -217,6 +232,12 @@ class Sluice:
         await self.backend.close()
 
     async def run_until_signal(self) -> None:
+        """Serve until SIGTERM or SIGINT, drain, and end the process with exit code 0.
+
+        It ends here, at once (``os._exit``), once everything Sluice holds is stopped and
+        flushed: unwinding would shut grpc down (cancelling calls that arrive meanwhile) and
+        join worker threads, which a hung config database can hold for many minutes.
+        """
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -224,5 +245,9 @@ class Sluice:
         await self.start()
         await stop.wait()
         log.info("signal received: draining for up to %.1fs", self.settings.shutdown_grace_s)
-        await self.stop()
+        await self.stop(exiting=True)
         log.info("stopped")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

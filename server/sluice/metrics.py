@@ -63,13 +63,14 @@ class _StateCollector(Collector):
         "redis_round_trips": "Round trips to Redis (each carries a batch of decisions).",
         "redis_script_calls": "Script calls sent to Redis (one per hash slot per round trip).",
         "redis_fast_failures": "Decisions failed at once because the circuit was open.",
+        "redis_late_answers": "Decisions answered unavailable: Redis took longer than 3 timeouts.",
         "local_cache_refusals": "Hits refused by the local over-limit cache, without Redis.",
     }
     _GAUGES = {
         "config_database_up": "1 when the last poll of the config database succeeded.",
         "config_from_cache": "1 when serving the local snapshot cache, not the database.",
         "memory_backend_keys": "Counters held by the memory backend.",
-        "redis_circuit_open": "1 while the Redis circuit breaker fails calls fast.",
+        "redis_circuit_open": "1 while a Redis circuit breaker (on Cluster: any master's) is open.",
     }
 
     def __init__(self, state: Callable[[], dict[str, float]]) -> None:

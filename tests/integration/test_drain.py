@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 
 import grpc
@@ -74,3 +75,42 @@ def test_in_flight_calls_complete_during_drain() -> None:
     # gRPC core reports a call refused during shutdown either way, depending on timing; both
     # tell a client to retry elsewhere, and neither is an answer from Sluice.
     assert refused in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
+async def refusals_while_draining(calls: int) -> tuple[Counter[tuple[str, str]], int]:
+    backend = GatedBackend()
+    settings = Settings(host="127.0.0.1", grpc_port=0, http_port=0, shutdown_grace_s=10)
+    sluice = Sluice(settings, backend=backend)
+    sluice.snapshot = Snapshot(load_text(POLICY))
+    await sluice.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sluice.grpc_port}") as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        in_flight = asyncio.ensure_future(stub.ShouldRateLimit(request("d"), timeout=20))
+        await asyncio.wait_for(backend.entered.wait(), 10)
+        stopping = asyncio.ensure_future(sluice.stop())
+
+        async def probe() -> tuple[str, str]:
+            try:
+                await stub.ShouldRateLimit(request("unknown"), timeout=5)
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name, exc.details()
+            return "OK", ""
+
+        first = ("OK", "")
+        async with asyncio.timeout(10):
+            while first == ("OK", ""):  # answered until the drain begins
+                first = await probe()
+        outcomes = Counter([first, *await asyncio.gather(*(probe() for _ in range(calls)))])
+        backend.gate.set()
+        response = await in_flight
+        await asyncio.wait_for(stopping, 10)
+    return outcomes, response.statuses[0].limit_remaining
+
+
+def test_calls_refused_while_draining_are_unavailable_never_cancelled() -> None:
+    # Many at once, on a connection the draining server keeps open: every one is refused by
+    # Sluice itself with UNAVAILABLE (safe to retry elsewhere: nothing was counted), none is
+    # cancelled by the transport.
+    outcomes, remaining = asyncio.run(refusals_while_draining(200))
+    assert outcomes == {("UNAVAILABLE", "shutting down: retry on another instance"): 201}
+    assert remaining == 4

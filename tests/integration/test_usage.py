@@ -4,6 +4,8 @@ survive a store outage, and show in /metrics."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -91,6 +93,91 @@ def test_a_store_outage_loses_nothing(postgres_url: str) -> None:
             assert point.allowed == 3 + 15
     finally:
         proxy.close()
+
+
+def test_stopping_during_a_flush_sends_each_figure_once(tmp_path: Path) -> None:
+    """A flush still waiting on the store when the server stops must not be sent again by
+    the final flush (nor have figures added to it while its thread reads them)."""
+    path = tmp_path / "config.db"
+    with PolicyStore(f"sqlite:///{path}") as store:
+        store.upgrade()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        try:
+
+            async def scenario() -> None:
+                drained = asyncio.Event()
+                recorder = UsageRecorder()
+                flusher = UsageFlusher(
+                    recorder,
+                    UsageStore(store),
+                    ManualClock(7_000_000),
+                    interval_s=0.01,
+                    on_drain=lambda _: drained.set(),
+                )
+                blocker.execute("BEGIN IMMEDIATE")  # the store's writes wait for this lock
+                recorder.record("shop.user", ALLOWED, cost=2)
+                flusher.start()
+                await asyncio.wait_for(drained.wait(), 10)  # a flush took the 2 and waits
+                recorder.record("shop.user", ALLOWED, cost=3)
+                stopping = asyncio.ensure_future(flusher.stop())
+                for _ in range(100):  # event-loop turns, not time: stop() cancels the flush
+                    await asyncio.sleep(0)
+                blocker.execute("ROLLBACK")
+                await asyncio.wait_for(stopping, 30)
+
+            asyncio.run(scenario())
+        finally:
+            blocker.close()
+        [point] = UsageStore(store).series("shop.", since_s=0)["shop.user"]
+        assert point.allowed == 2 + 3
+
+
+def test_a_store_that_hangs_is_reported_and_its_send_waited_for_not_repeated(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.db"
+    with PolicyStore(f"sqlite:///{path}") as store:
+        store.upgrade()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        try:
+
+            async def scenario() -> None:
+                recorder = UsageRecorder()
+                flusher = UsageFlusher(
+                    recorder, UsageStore(store), ManualClock(8_000_000), timeout_s=0.2
+                )
+                blocker.execute("BEGIN IMMEDIATE")  # writes wait: the store hangs
+                recorder.record("shop.user", ALLOWED, cost=2)
+                assert not await flusher.flush_once()
+                assert (flusher.store_up, flusher.failures) == (False, 1)
+                recorder.record("shop.user", ALLOWED, cost=3)
+                assert not await flusher.flush_once()  # still the first send, not a second
+                assert flusher.failures == 2
+                blocker.execute("ROLLBACK")
+                async with asyncio.timeout(30):
+                    while not await flusher.flush_once():
+                        pass
+                assert flusher.store_up
+
+                blocker.execute("BEGIN IMMEDIATE")
+                recorder.record("shop.user", ALLOWED, cost=7)
+                started = time.monotonic()
+                await flusher.stop()  # bounded by the timeout, whatever the store does
+                assert time.monotonic() - started < 2
+                assert allowed(store) == 2 + 3  # each once; the 7 still waits for the lock
+                blocker.execute("ROLLBACK")  # the send given up on lands when the store answers
+                async with asyncio.timeout(30):
+                    while allowed(store) != 2 + 3 + 7:
+                        await asyncio.sleep(0.01)
+
+            asyncio.run(scenario())
+        finally:
+            blocker.close()
+
+
+def allowed(store: PolicyStore) -> int:
+    [point] = UsageStore(store).series("shop.", since_s=0)["shop.user"]
+    return point.allowed
 
 
 def ask(server: SluiceProcess, user: str) -> None:

@@ -34,9 +34,8 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
             ]
         )
-        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(
-            RateLimitServicer(limiter, metrics), self._server
-        )
+        self.servicer = RateLimitServicer(limiter, metrics)  # drain() on shutdown
+        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(

@@ -1,7 +1,14 @@
-"""RateLimitService/ShouldRateLimit: convert, call the limiter, convert back."""
+"""RateLimitService/ShouldRateLimit: convert, call the limiter, convert back.
+
+Draining (``drain()``, on shutdown): new calls are refused with UNAVAILABLE, which a client
+may safely retry on another instance (the call changed nothing here), while the calls already
+deciding finish. gRPC's own server shutdown is no substitute: calls that reach it while it runs
+are cancelled, and CANCELLED is a status clients do not retry.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -25,12 +32,34 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
         self._latency = metrics.request_seconds if metrics is not None else None
         # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
         self._observers: dict[str, Any] = {}
+        self._in_flight = 0
+        self._draining = False
+        self._idle = asyncio.Event()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new calls from now on; wait up to ``timeout_s`` for the calls in flight.
+
+        True when none is left.
+        """
+        self._draining = True
+        if self._in_flight == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     async def ShouldRateLimit(  # noqa: N802 (the name is fixed by the proto)
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext
     ) -> rls_pb2.RateLimitResponse:
+        if self._draining:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "shutting down: retry on another instance"
+            )
         started = time.perf_counter()
         code = "error"
+        self._in_flight += 1
         try:
             decision = await self._limiter.should_rate_limit(request_from_proto(request))
             code = decision.overall_code.name
@@ -46,6 +75,9 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
             log.exception("ShouldRateLimit failed for domain %r", request.domain)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error deciding the request")
         finally:
+            self._in_flight -= 1
+            if self._draining and self._in_flight == 0:
+                self._idle.set()
             if self._latency is not None:
                 observer = self._observers.get(code)
                 if observer is None:

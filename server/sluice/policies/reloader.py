@@ -5,7 +5,8 @@ token moved, it reads the live documents, validates and compiles them off the ev
 and hands the new snapshot over in one assignment. What never happens: an invalid version
 going live (it is logged and counted, the last good snapshot keeps serving), or a database
 outage changing a decision (the last good snapshot keeps serving; it catches up on return).
-Each good snapshot is also written to a local cache file, which a server starting while the
+A database that hangs rather than refuses counts as unreachable after ``timeout_s``. Each
+good snapshot is also written to a local cache file, which a server starting while the
 database is down serves from.
 """
 
@@ -68,8 +69,11 @@ class SnapshotReloader:
         interval_s: float,
         cache_path: Path | None,
         max_log_limit: int,
+        timeout_s: float = 5.0,
     ) -> None:
         self._store = store
+        self._timeout_s = timeout_s
+        self._reading: asyncio.Future[LiveDocuments | None] | None = None
         self._install = install
         self._cache_path = cache_path
         self._max_log_limit = max_log_limit
@@ -106,17 +110,31 @@ class SnapshotReloader:
         )
 
     async def poll_once(self) -> bool:
-        """One poll; True when a new snapshot was installed."""
+        """One poll; True when a new snapshot was installed.
+
+        A database that does not answer within ``timeout_s`` is reported unreachable like one
+        that refuses; the read under way is not abandoned but awaited again by the next
+        poll, so a hung database holds one thread, never one per poll.
+        """
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(asyncio.to_thread(self._read))
+            self._reading.add_done_callback(_seen)
         try:
-            token = await asyncio.to_thread(self._store.change_token)
-            if token == self._token and self.status.source == "database":
-                self._database_up()
-                return False
-            live = await asyncio.to_thread(read_live, self._store)
+            live = await asyncio.wait_for(asyncio.shield(self._reading), self._timeout_s)
+        except TimeoutError:
+            self._database_down(
+                ConfigDatabaseError(f"config database: no answer within {self._timeout_s:g}s")
+            )
+            return False
         except ConfigDatabaseError as exc:
             self._database_down(exc)
             return False
+        finally:
+            if self._reading.done():
+                self._reading = None
         self._database_up()
+        if live is None:
+            return False
         try:
             snapshot = await asyncio.to_thread(
                 build_snapshot, live, max_log_limit=self._max_log_limit
@@ -133,6 +151,13 @@ class SnapshotReloader:
             return False
         self._commit(live, snapshot, source="database")
         return True
+
+    def _read(self) -> LiveDocuments | None:
+        """The live documents when the change token moved (or the cache is serving), else None."""
+        token = self._store.change_token()
+        if token == self._token and self.status.source == "database":
+            return None
+        return read_live(self._store)
 
     def start(self) -> None:
         self._periodic.start()
@@ -174,3 +199,10 @@ class SnapshotReloader:
             self.status.down_since = time.time()
         self.status.database_up = False
         self.status.database_error = str(exc)
+
+
+def _seen(read: asyncio.Future[object]) -> None:
+    """Mark a read's outcome as seen: one the server stopped waiting for (it stopped) must
+    not be logged as an exception never retrieved."""
+    if not read.cancelled():
+        read.exception()

@@ -2,7 +2,8 @@
 
 A failed flush keeps its figures and adds them to the next one, so a store outage loses
 nothing (up to a bound) and double-counts at most one flush: a transaction whose commit
-succeeded but whose answer was lost.
+succeeded but whose answer was lost. A store that hangs counts as down after ``timeout_s``;
+the send under way is waited for, never repeated.
 """
 
 from __future__ import annotations
@@ -33,16 +34,19 @@ class UsageFlusher:
         *,
         interval_s: float = 1.0,
         max_pending: int = 100_000,
+        timeout_s: float = 5.0,
         on_drain: Callable[[dict[str, RuleUsage]], None] | None = None,
     ) -> None:
         self._recorder = recorder
         self._store = store
         self._clock = clock
         self._max_pending = max_pending
+        self._timeout_s = timeout_s
         self._on_drain = on_drain
         self._counts: dict[tuple[str, int], list[int]] = {}
         self._offenders: dict[tuple[str, int], dict[str, int]] = {}
         self._flushes = 0
+        self._sending: asyncio.Future[bool] | None = None
         self._periodic = Periodic("usage flush", interval_s, self.flush_once)
         self.failures = 0
         self.dropped = 0
@@ -70,12 +74,45 @@ class UsageFlusher:
                     keys[key] = keys.get(key, 0) + hits
 
     async def flush_once(self) -> bool:
+        """Send what was counted; True when the store took it within ``timeout_s``.
+
+        Safe to cancel, and safe when the store hangs: a send under way finishes in its
+        thread whatever happens to the caller, its figures are cleared only once the store
+        has them, and the next flush waits for it rather than sending them again (figures
+        counted meanwhile wait in the recorder).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
+        if self._sending is not None and not self._sending.done():
+            await asyncio.wait([self._sending], timeout=self._timeout_s)
+            if not self._sending.done():
+                return self._no_answer()
+        self._sending = asyncio.ensure_future(self._flush())
+        self._sending.add_done_callback(_seen)
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(self._sending), max(0.0, deadline - loop.time())
+            )
+        except TimeoutError:
+            return self._no_answer()
+
+    def _no_answer(self) -> bool:
+        self.failures += 1
+        if self.store_up:
+            log.warning(
+                "usage store: no answer within %gs; keeping figures for later", self._timeout_s
+            )
+        self.store_up = False
+        return False
+
+    async def _flush(self) -> bool:
+        # Sends run one at a time (flush_once waits for the last), so nothing adds to these
+        # maps while their figures are in the sending thread.
         self.collect()
         if not self._counts and not self._offenders:
             return True
-        counts, offenders = self._counts, self._offenders
         try:
-            await asyncio.to_thread(self._store.add, counts, offenders)
+            await asyncio.to_thread(self._store.add, self._counts, self._offenders)
         except SluiceError as exc:
             self.failures += 1
             if self.store_up:
@@ -85,9 +122,7 @@ class UsageFlusher:
         if not self.store_up:
             log.warning("usage store reachable again")
         self.store_up = True
-        # Only what was sent is cleared: collect() may not run while add() is in its thread.
-        if self._counts is counts:
-            self._counts, self._offenders = {}, {}
+        self._counts, self._offenders = {}, {}
         self._flushes += 1
         if self._flushes % _EXPIRE_EVERY == 0:
             try:
@@ -101,4 +136,14 @@ class UsageFlusher:
 
     async def stop(self) -> None:
         await self._periodic.stop()
-        await self.flush_once()  # what the last second counted
+        # What the last second counted, after any send under way; bounded by timeout_s, so
+        # a hung store cannot hold up shutdown (its figures are then lost, and logged).
+        if not await self.flush_once():
+            log.warning("usage figures not stored before shutdown: the usage store is down")
+
+
+def _seen(send: asyncio.Future[object]) -> None:
+    """Mark a send's outcome as seen: one nobody waits for any more (the server stopped)
+    must not be logged as an exception never retrieved."""
+    if not send.cancelled():
+        send.exception()
