@@ -66,6 +66,11 @@ class MemoryBackend:
                 self._store(key, entry, new, MODULES[limit.algorithm].expires_at(new, limit))
             elif entry is not None:
                 states.move_to_end(key)
+        # Only now, with every key of this hit the most recently used: evicting while storing
+        # could drop a key of this very hit between reading and touching it.
+        while len(states) > self.max_keys:
+            states.popitem(last=False)
+            self.evictions += 1
         return tuple(outcome for *_, outcome in stepped)
 
     def _store(self, key: _StateKey, entry: tuple[Any, int] | None, state: Any, at: float) -> None:
@@ -74,9 +79,6 @@ class MemoryBackend:
             self._schedule(key, expires_at)
         self._states[key] = (state, expires_at)
         self._states.move_to_end(key)
-        if len(self._states) > self.max_keys:
-            self._states.popitem(last=False)
-            self.evictions += 1
 
     def _schedule(self, key: _StateKey, expires_at: int) -> None:
         bucket = self._due.get(expires_at)

@@ -75,3 +75,17 @@ def test_fixed_windows_count_a_hit_another_limit_refused() -> None:
     # Refused, yet counted: fixed windows count every hit, as envoyproxy/ratelimit does.
     check = Hit(("k",), (per_minute,), 0)
     assert asyncio.run(backend.apply([check], 0.9))[0][0].remaining == 8
+
+
+def test_a_full_backend_never_evicts_a_key_of_the_hit_it_is_applying() -> None:
+    # Found by tests/abuse/test_request_fuzz.py: storing the fixed window of a refused hit
+    # evicted the least recently used key, the hit's own sliding log, which it then touched:
+    # KeyError, an INTERNAL error for the caller.
+    backend = MemoryBackend(max_keys=2)
+    limits = (Limit(1, 60), Limit(5, 3600, "sliding_window_log", 5))
+    x = Hit(("x",), limits, 1)
+    asyncio.run(backend.apply([x], 0.0))  # x's two keys: the backend is full
+    asyncio.run(backend.apply([hit(("y",), 5, 60, 1)], 1.0))  # y evicts x's fixed window
+    [(window, log)] = asyncio.run(backend.apply([Hit(("x",), limits, 2)], 2.0))
+    assert (window.allowed, log.allowed) == (False, True)  # refused: the window's limit is 1
+    assert len(backend) == 2
