@@ -7,11 +7,20 @@ raises ConfigError and returns nothing: a bad file can never half-apply.
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+    ScalarEvent,
+)
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from sluice.algorithms import ALGORITHMS
@@ -20,6 +29,8 @@ from sluice.model import DomainPolicy, RateLimit, Rule, Unit
 
 __all__ = [
     "DEFAULT_MAX_LOG_LIMIT",
+    "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
     "dump_policies",
     "dump_policy",
     "load_path",
@@ -56,7 +67,23 @@ _ONE_LIMIT_KEYS = ("unit", "requests_per_unit", "algorithm", "burst")
 _REPLACES_KEYS = ("name",)
 _MAX_REQUESTS_PER_UNIT = 2**32 - 1  # a uint32 on the wire
 
+# What one document may make the loader do. The composer and the walk below recurse once
+# per level, so nesting is bounded well inside Python's recursion limit (a policy nests two
+# levels per descriptor level). Aliases are shared, not copied, when composed, but the walk
+# visits a node once per path to it: a small "billion laughs" document would take forever,
+# and a recursive alias forever and a day. Both are refused before the walk starts.
+MAX_DEPTH = 100
+MAX_ALIAS_NODES = 100_000
+
+# The scalar constructors the loader needs, called directly: SafeConstructor.construct_object
+# remembers every node it constructed, which would keep each loaded document alive forever.
 _constructor = yaml.constructor.SafeConstructor()
+_CONSTRUCTORS = {
+    "tag:yaml.org,2002:bool": yaml.constructor.SafeConstructor.construct_yaml_bool,
+    "tag:yaml.org,2002:int": yaml.constructor.SafeConstructor.construct_yaml_int,
+}
+# Longer decimal integers than Python converts by default are far out of every range here.
+_MAX_INT_DIGITS = 64
 
 
 def load_path(
@@ -72,9 +99,23 @@ def load_path(
         files = [root]
     else:
         raise ConfigError([f"{root}: no such file or directory"])
-    return load_sources(
-        ((str(f), f.read_text(encoding="utf-8")) for f in files), max_log_limit=max_log_limit
-    )
+    sources, unreadable = [], []
+    for f in files:
+        data = f.read_bytes()
+        try:
+            # Universal newlines, as reading in text mode would give.
+            text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+            sources.append((str(f), text))
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            unreadable.append(f"{f}:{line}: not UTF-8 text (at byte offset {exc.start})")
+    try:
+        policies = load_sources(sources, max_log_limit=max_log_limit)
+    except ConfigError as exc:
+        raise ConfigError(unreadable + exc.problems) from None
+    if unreadable:
+        raise ConfigError(unreadable)
+    return policies
 
 
 def load_text(
@@ -113,17 +154,34 @@ class _Loader:
         self.source = source
         self.problems = problems
         self.max_log_limit = max_log_limit
+        self.breaks: list[int] = []  # where the text's "\n"s are, to number lines
 
     def error(self, node: Node, reason: str) -> None:
-        self.problems.append(f"{self.source}:{node.start_mark.line + 1}: {reason}")
+        self.problems.append(f"{self.source}:{self.line(node)}: {reason}")
+
+    def line(self, node: Node) -> int:
+        return _line(self.breaks, node.start_mark)
 
     def documents(self, text: str) -> Iterator[tuple[DomainPolicy, str]]:
+        self.breaks = _breaks(text)
         try:
+            refused = _shape_problem(text, self.breaks)
+            if refused is not None:
+                line, reason = refused
+                self.problems.append(f"{self.source}:{line}: {reason}")
+                return
             nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
-            line = f"{mark.line + 1}" if mark is not None else "1"
-            self.problems.append(f"{self.source}:{line}: YAML syntax error: {exc.problem}")
+            line = _line(self.breaks, mark)
+            problem = exc.problem or exc.context
+            self.problems.append(f"{self.source}:{line}: YAML syntax error: {problem}")
+            return
+        except yaml.reader.ReaderError as exc:
+            # A character YAML does not allow (e.g. NUL): no mark, but a position in the text.
+            line = bisect.bisect_left(self.breaks, exc.position) + 1
+            reason = str(exc).splitlines()[0]
+            self.problems.append(f"{self.source}:{line}: YAML syntax error: {reason}")
             return
         except yaml.YAMLError as exc:
             self.problems.append(f"{self.source}:1: YAML syntax error: {exc}")
@@ -134,7 +192,7 @@ class _Loader:
             before = len(self.problems)
             policy = self.policy(node)
             if policy is not None and len(self.problems) == before:
-                yield policy, f"{self.source}:{node.start_mark.line + 1}"
+                yield policy, f"{self.source}:{self.line(node)}"
 
     def mapping(self, node: Node, allowed: tuple[str, ...], what: str) -> dict[str, Node] | None:
         if not isinstance(node, MappingNode):
@@ -142,8 +200,11 @@ class _Loader:
             return None
         fields: dict[str, Node] = {}
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, ScalarNode) else None
-            if not isinstance(key, str) or key not in allowed:
+            if not isinstance(key_node, ScalarNode):
+                self.error(key_node, f"a key in {what} must be a string, not a {_kind(key_node)}")
+                continue
+            key = key_node.value
+            if key not in allowed:
                 self.error(key_node, f"unknown key '{key}' in {what}")
             elif key in fields:
                 self.error(key_node, f"duplicate key '{key}' in {what}")
@@ -239,7 +300,7 @@ class _Loader:
             detailed_metric=self.boolean(fields.get("detailed_metric"), "detailed_metric"),
             share_threshold=share_threshold,
             descriptors=self.rules(fields.get("descriptors"), f"{parent_key}.{final_key}"),
-            line=node.start_mark.line + 1,
+            line=self.line(node),
         )
 
     def rate_limit(self, node: Node) -> tuple[tuple[RateLimit, ...], bool, str, tuple[str, ...]]:
@@ -289,7 +350,7 @@ class _Loader:
                     f"(the other is on line {seen[identity]}): they would share one counter",
                 )
                 continue
-            seen[identity] = item.start_mark.line + 1
+            seen[identity] = self.line(item)
             limits.append(limit)
         return tuple(limits)
 
@@ -375,7 +436,82 @@ def _is_null(node: Node) -> bool:
 
 
 def _scalar(node: Node) -> Any:
-    return _constructor.construct_object(node) if isinstance(node, ScalarNode) else node
+    """The bool or int a scalar node holds; anything else comes back as itself or its text,
+    which the caller then refuses as the wrong type (never an exception: a malformed value
+    such as ``0x_``, ``!!bool maybe`` or ``2001-13-45`` is a problem to report, not a crash)."""
+    if not isinstance(node, ScalarNode):
+        return node
+    construct = _CONSTRUCTORS.get(node.tag)
+    if construct is None:
+        return node.value
+    text = node.value.replace("_", "")
+    if node.tag.endswith(":int") and len(text) > _MAX_INT_DIGITS and text.lstrip("+-").isdigit():
+        return -(2**64) if text.startswith("-") else 2**64  # too long to convert: out of range
+    try:
+        return construct(_constructor, node)
+    except (ValueError, KeyError, yaml.YAMLError):
+        return node.value
+
+
+def _kind(node: Node) -> str:
+    return "mapping" if isinstance(node, MappingNode) else "list"
+
+
+def _breaks(text: str) -> list[int]:
+    return [m.start() for m in re.finditer("\n", text)]
+
+
+def _line(breaks: list[int], mark: yaml.Mark | None) -> int:
+    """The line of ``mark`` as editors and ``grep -n`` count them: YAML also breaks lines at
+    NEL, LS, PS and a lone CR, so its own line numbers can point past the line meant."""
+    return bisect.bisect_left(breaks, mark.index) + 1 if mark is not None else 1
+
+
+def _shape_problem(text: str, breaks: list[int]) -> tuple[int, str] | None:
+    """(line, reason) when the YAML nests deeper than MAX_DEPTH or its aliases would make the
+    walk visit more than MAX_ALIAS_NODES extra nodes (or loop); None when it is fine.
+
+    One pass over the parser's events, in time and memory linear in the text: each anchor's
+    expanded size is summed as it closes, and each alias adds its anchor's size. Raises what
+    the parser raises on a syntax error.
+    """
+    sizes: dict[str, int] = {}  # anchor -> how many nodes it expands to
+    open_: list[list[Any]] = []  # the collections being read: [anchor, expanded size]
+    added = 0  # nodes the aliases of this document add
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, DocumentStartEvent):
+            sizes.clear()  # anchors are per document
+            added = 0
+        elif isinstance(event, CollectionStartEvent):
+            if len(open_) >= MAX_DEPTH:
+                return _line(breaks, event.start_mark), f"nested deeper than {MAX_DEPTH} levels"
+            open_.append([event.anchor, 1])
+        elif isinstance(event, CollectionEndEvent):
+            anchor, size = open_.pop()
+            if anchor is not None:
+                sizes[anchor] = size
+            if open_:
+                open_[-1][1] += size
+        elif isinstance(event, ScalarEvent):
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+            if open_:
+                open_[-1][1] += 1
+        elif isinstance(event, AliasEvent):
+            if any(anchor == event.anchor for anchor, _ in open_):
+                reason = f"alias '*{event.anchor}' refers to a node that contains it"
+                return _line(breaks, event.start_mark), reason
+            size = sizes.get(event.anchor, 1)  # an undefined alias: the composer reports it
+            added += size
+            if added > MAX_ALIAS_NODES:
+                reason = (
+                    f"aliases expand this document by more than {MAX_ALIAS_NODES} nodes "
+                    f"(at alias '*{event.anchor}', of {size} nodes)"
+                )
+                return _line(breaks, event.start_mark), reason
+            if open_:
+                open_[-1][1] += size
+    return None
 
 
 def _walk(rules: Iterable[Rule]) -> Iterator[Rule]:
