@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor as Descriptor_
+from google.protobuf.descriptor import FieldDescriptor
 
 from sluice._proto.envoy.config.core.v3 import base_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
@@ -82,13 +86,94 @@ def _add_sluice_metadata(response: rls_pb2.RateLimitResponse, decision: Decision
         response.dynamic_metadata["sluice_reasons"] = reasons
 
 
+_NOT_JSON = "body: not a valid RateLimitRequest in JSON"
+
+
 def request_from_json(body: bytes) -> RateLimitRequest:
     """A RateLimitRequest in protobuf's JSON mapping, as the HTTP /json endpoint takes it."""
     try:
-        message = json_format.Parse(body.decode("utf-8"), rls_pb2.RateLimitRequest())
-    except (json_format.ParseError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidRequestError(f"body: not a valid RateLimitRequest in JSON: {exc}") from exc
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(f"{_NOT_JSON}: not UTF-8 ({exc})") from exc
+    try:
+        document = json.loads(text, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequestError(f"{_NOT_JSON}: Failed to load JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise InvalidRequestError(f"{_NOT_JSON}: must be a JSON object, not {_kind(document)}")
+    # json_format reports a wrong shape inside as a Python error ("'int' object is not
+    # iterable"), or takes [] for an object: check the shape first, naming the field.
+    _check_shape(document, rls_pb2.RateLimitRequest.DESCRIPTOR, "")
+    try:
+        message = json_format.ParseDict(document, rls_pb2.RateLimitRequest())
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise InvalidRequestError(f"{_NOT_JSON}: {exc}") from exc
     return request_from_proto(message)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"duplicate key {key!r}")
+        document[key] = value
+    return document
+
+
+def _check_shape(document: dict[str, Any], descriptor: Descriptor_, path: str) -> None:
+    """Raise InvalidRequestError, naming the field, where a JSON value has the wrong type for
+    its field: json_format would report it as a Python error ("'int' object is not
+    iterable", "expected string or bytes-like object") or even take [] for an object.
+    Unknown fields, and the range of numbers, are left to json_format, which names them."""
+    fields = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
+    for name, value in document.items():
+        field = fields.get(name)
+        if field is None or value is None:
+            continue
+        where = f"{path}.{name}" if path else name
+        if field.is_repeated:
+            if not isinstance(value, list):
+                raise InvalidRequestError(f"{where}: must be a JSON array, not {_kind(value)}")
+            items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        else:
+            items = [(where, value)]
+        message = field.message_type
+        for at, item in items:
+            if message is None or message.full_name.startswith("google.protobuf."):
+                # A scalar, or a wrapper such as UInt64Value (in JSON, the value it wraps).
+                wanted = _SCALAR_TYPES.get(field.type if message is None else "wrapper")
+                if wanted is None:
+                    continue
+                types, what = wanted
+                if not isinstance(item, types) or isinstance(item, bool) and bool not in types:
+                    raise InvalidRequestError(f"{at}: must be {what}, not {_kind(item)}")
+            elif not isinstance(item, dict):
+                raise InvalidRequestError(f"{at}: must be a JSON object, not {_kind(item)}")
+            else:
+                _check_shape(item, message, at)
+
+
+# JSON types the proto3 JSON mapping allows per field type (64-bit numbers may be strings).
+_NUMBER = ((int, float, str), "a number")
+_SCALAR_TYPES: dict[Any, tuple[tuple[type, ...], str]] = {
+    FieldDescriptor.TYPE_STRING: ((str,), "a string"),
+    FieldDescriptor.TYPE_UINT32: _NUMBER,
+    FieldDescriptor.TYPE_UINT64: _NUMBER,
+    FieldDescriptor.TYPE_ENUM: ((str, int, float), "a name or a number"),
+    "wrapper": _NUMBER,  # the only wrapper in a RateLimitRequest is UInt64Value
+}
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def decision_to_json(decision: Decision) -> str:

@@ -45,11 +45,21 @@ def make_app(
             return web.Response(text="OK")
         return web.Response(status=500, text="NOT SERVING")
 
+    too_large = f"body: larger than the maximum of {max_body_bytes} bytes"
+
     async def json_endpoint(request: web.Request) -> web.Response:
+        # A declared length over the maximum is refused before any of the body arrives: a
+        # client must not hold a connection open with a promise it will not keep.
+        if request.content_length is not None and request.content_length > max_body_bytes:
+            return _error(413, too_large)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"body: larger than the maximum of {max_body_bytes} bytes")
+            return _error(413, too_large)  # chunked, or compressed, past the maximum
+        except ConnectionResetError:
+            # The client left halfway through its body; nobody reads this answer, but
+            # returning one keeps a routine disconnect out of the error log.
+            return _error(400, "body: the connection closed before the whole body arrived")
         try:
             decision = await limiter.should_rate_limit(request_from_json(body))
         except InvalidRequestError as exc:
