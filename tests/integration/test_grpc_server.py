@@ -157,6 +157,30 @@ def test_bad_requests_get_invalid_argument_naming_the_field(
     assert info.value.details() == message
 
 
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\x0a\xff\xff\xff\xff\x0f", "Wire format was corrupt"),  # a length past the end
+        (b"\x0a\x02\xff\xfe", "String field had bad UTF-8"),  # the domain
+    ],
+)
+def test_bytes_that_are_not_a_request_get_invalid_argument(
+    channel: grpc.Channel, data: bytes, reason: str
+) -> None:
+    call = channel.unary_unary(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        request_serializer=None,  # the bytes go on the wire as they are
+        response_deserializer=rls_pb2.RateLimitResponse.FromString,
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        call(data, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == (
+        "request: not a RateLimitRequest in protobuf's wire format: Error parsing message "
+        f"with type 'envoy.service.ratelimit.v3.RateLimitRequest': {reason}"
+    )
+
+
 @pytest.mark.parametrize("service", ["", "ratelimit"])
 def test_health_service(channel: grpc.Channel, service: str) -> None:
     response = health_pb2_grpc.HealthStub(channel).Check(

@@ -6,8 +6,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from sluice.grpc.servicer import RateLimitServicer
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
+from sluice.grpc.servicer import RateLimitServicer, decode_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 
@@ -35,7 +35,7 @@ class GrpcServer:
             ]
         )
         self.servicer = RateLimitServicer(limiter, metrics)  # drain() on shutdown
-        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self.servicer, self._server)
+        _add_rate_limit_service(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(
@@ -69,3 +69,18 @@ class GrpcServer:
 
     async def wait_for_termination(self) -> None:
         await self._server.wait_for_termination()
+
+
+def _add_rate_limit_service(servicer: RateLimitServicer, server: grpc.aio.Server) -> None:
+    """What the generated add_RateLimitServiceServicer_to_server does, with a deserializer
+    that never raises, so undecodable bytes reach the servicer to be refused by name."""
+    handlers = {
+        "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
+            servicer.ShouldRateLimit,
+            request_deserializer=decode_request,
+            response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_RLS_NAME, handlers),))
+    # Registered handlers are looked up without the generic handlers' string matching.
+    server.add_registered_method_handlers(_RLS_NAME, handlers)

@@ -4,6 +4,9 @@ Draining (``drain()``, on shutdown): new calls are refused with UNAVAILABLE, whi
 may safely retry on another instance (the call changed nothing here), while the calls already
 deciding finish. gRPC's own server shutdown is no substitute: calls that reach it while it runs
 are cancelled, and CANCELLED is a status clients do not retry.
+
+Bytes that are not a RateLimitRequest get INVALID_ARGUMENT saying why (``decode_request``):
+a deserializer that raised would leave grpc.aio to answer UNKNOWN with a Python type name.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.errors import BackendUnavailableError, InvalidRequestError
@@ -21,9 +25,28 @@ from sluice.grpc.convert import decision_to_proto, request_from_proto
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 
-__all__ = ["RateLimitServicer"]
+__all__ = ["RateLimitServicer", "UndecodableRequest", "decode_request"]
 
 log = logging.getLogger(__name__)
+
+
+class UndecodableRequest:
+    """What ``decode_request`` passes on in place of bytes protobuf could not parse."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def decode_request(data: bytes) -> rls_pb2.RateLimitRequest | UndecodableRequest:
+    """The request deserializer to register ShouldRateLimit with: it never raises."""
+    try:
+        return rls_pb2.RateLimitRequest.FromString(data)
+    except DecodeError as exc:
+        return UndecodableRequest(
+            f"request: not a RateLimitRequest in protobuf's wire format: {exc}"
+        )
 
 
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
@@ -51,7 +74,9 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
         return True
 
     async def ShouldRateLimit(  # noqa: N802 (the name is fixed by the proto)
-        self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext
+        self,
+        request: rls_pb2.RateLimitRequest | UndecodableRequest,
+        context: grpc.aio.ServicerContext,
     ) -> rls_pb2.RateLimitResponse:
         if self._draining:
             await context.abort(
@@ -61,6 +86,8 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
         code = "error"
         self._in_flight += 1
         try:
+            if request.__class__ is UndecodableRequest:
+                raise InvalidRequestError(request.reason)
             decision = await self._limiter.should_rate_limit(request_from_proto(request))
             code = decision.overall_code.name
         except InvalidRequestError as exc:
