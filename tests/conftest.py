@@ -8,14 +8,26 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
 # Locally every run explores new examples; CI replays a fixed sequence, so a submission's
 # result does not depend on the draw (run locally to hunt for new counterexamples).
 settings.register_profile("ci", derandomize=True)
-if os.environ.get("CI"):
+# SLUICE_FUZZ=nightly: the nightly-sized fuzz run (tests/abuse/_volume.py sizes each fuzz test;
+# other property tests get ten times their default). Always fresh examples, even under CI,
+# and no per-example deadline: a slow example is not a failure there, a crash is.
+settings.register_profile(
+    "nightly",
+    max_examples=1000,
+    derandomize=False,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+if os.environ.get("SLUICE_FUZZ") == "nightly":
+    settings.load_profile("nightly")
+elif os.environ.get("CI"):
     settings.load_profile("ci")
 
 # The machine-wide PostgreSQL used by integration tests (trust auth); override for CI.
