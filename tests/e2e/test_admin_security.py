@@ -3,13 +3,20 @@
 - no page is reachable without signing in, not even by its URL;
 - rule names and descriptor values (user-written, and echoed back from live traffic) are
   shown as text, never run as HTML, script or a link, on any page;
-- the Import page refuses an oversized file and publishes nothing.
+- the Import page refuses an oversized file and publishes nothing;
+- another site can neither open the app's WebSocket nor upload a file in a signed-in
+  user's name (cross-site WebSocket hijacking, cross-site request forgery).
 """
 
 from __future__ import annotations
 
+import base64
+import os
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +170,59 @@ def test_the_admin_app_serves_https_with_the_servers_certificate(
             assert r.status == 200
         with pytest.raises((urllib.error.URLError, ConnectionError)):  # no plaintext beside it
             urllib.request.urlopen(url.replace("https", "http") + "/_stcore/health", timeout=5)
+
+
+def _websocket_handshake(url: str, origin: str) -> bytes:
+    """The status line of the answer to a WebSocket upgrade of Streamlit's stream."""
+    address = urllib.parse.urlsplit(url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(
+            (
+                f"GET /_stcore/stream HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                f"Origin: {origin}\r\n\r\n"
+            ).encode()
+        )
+        return sock.recv(4096).split(b"\r\n", 1)[0]
+
+
+def _upload(url: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    boundary = "sluice-test"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="p.yaml"\r\n'
+        f"Content-Type: application/x-yaml\r\n\r\ndomain: x\r\n--{boundary}--\r\n"
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/_stcore/upload_file/{uuid.uuid4()}/{uuid.uuid4()}",
+        method="PUT",
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}", **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_another_site_can_neither_open_the_websocket_nor_upload(
+    tmp_path: Path, database_url: str
+) -> None:
+    with run_admin(tmp_path, database_url) as url:
+        # A page on another site opening the app's WebSocket with the user's cookies.
+        assert _websocket_handshake(url, "https://attacker.example") == b"HTTP/1.1 403 Forbidden"
+        assert _websocket_handshake(url, url) == b"HTTP/1.1 101 Switching Protocols"
+
+        # Uploads need the XSRF cookie's token in a header, which another site cannot read.
+        with urllib.request.urlopen(url + "/_stcore/health", timeout=10) as response:
+            cookie = response.headers["Set-Cookie"].split(";")[0]
+        token = cookie.split("=", 1)[1]
+        forged = "2|00000000|" + "00" * 16 + "|" + token.rsplit("|", 1)[1]
+        refused = (403, b"XSRF token missing or invalid")
+        assert _upload(url, {}) == refused
+        assert _upload(url, {"Cookie": cookie}) == refused  # a browser sends the cookie itself
+        assert _upload(url, {"Cookie": cookie, "X-Xsrftoken": forged}) == refused
+        # With the token, the check passes: refused only for the session this test made up.
+        status, body = _upload(url, {"Cookie": cookie, "X-Xsrftoken": token})
+        assert (status, body.startswith(b"Invalid session_id")) == (400, True)
