@@ -35,16 +35,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Result, Workload, h2load_available, run_h2load, run_python  # noqa: E402
 
+from sluice.algorithms import ALGORITHMS
+
 HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
-ALGORITHMS = (
-    "fixed_window",
-    "sliding_window_log",
-    "sliding_window_counter",
-    "token_bucket",
-    "leaky_bucket",
-    "gcra",
-)
 # High enough that the key-space load is never refused (the cost measured is the admitted
 # path) and within the default --max-sliding-log-limit.
 LIMIT = 10_000

@@ -48,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import CALL_TIMEOUT_S, METHOD, percentile  # noqa: E402
 from run import Redis, Server, cpu_seconds, free_port, stop  # noqa: E402
 
+from sluice.algorithms import ALGORITHMS
+
 DOMAIN = "soak"
 MIB = 1024 * 1024
 OVER_LIMIT = 2  # RateLimitResponse.Code.OVER_LIMIT
@@ -116,16 +118,7 @@ descriptors:
 """
 
 
-SHAPES = (
-    "fixed_window",
-    "sliding_window_log",
-    "sliding_window_counter",
-    "token_bucket",
-    "leaky_bucket",
-    "gcra",
-    "tenant",
-    "path",
-)
+SHAPES = (*ALGORITHMS, "tenant", "path")
 
 
 class Traffic:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from sluice.algorithms import ALGORITHMS
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import connect
 from sluice.backends.redis.over_limit_cache import OverLimitCache
@@ -119,15 +120,7 @@ descriptors:
         - {unit: month, requests_per_unit: 1, algorithm: sliding_window_counter}
         - {unit: hour, requests_per_unit: 1, algorithm: gcra}
 """
-RULE_KEYS = [
-    "fixed_window",
-    "sliding_window_log",
-    "sliding_window_counter",
-    "token_bucket",
-    "leaky_bucket",
-    "gcra",
-    "all",
-]
+RULE_KEYS = [*ALGORITHMS, "all"]  # a rule each, and one with several limits
 
 
 def request(n: int) -> RateLimitRequest:
