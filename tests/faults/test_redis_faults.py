@@ -8,6 +8,9 @@ client deadline.
 * A master of a 3-master, 3-replica Cluster killed mid-load: its replica takes over and
   decisions continue; the other masters' counters are decided until the cluster itself
   reports it is down; the window of errors is measured.
+* The master of a Sentinel deployment (one replica, three Sentinels) killed mid-load: the
+  Sentinels promote the replica, Sluice finds it through them with no restart, and decides
+  again within 2 s of the promotion; the window of errors is measured.
 * What the Cluster test found, each fixed in the Redis backend: calls fanned out while
   redis-py's cluster client (re)learns the topology failed, and a call could take as long as
   redis-py's own sleeps and refreshes; now each answer keeps a budget.
@@ -34,6 +37,7 @@ from sluice.backends.redis.keys import KeyNamer
 from sluice.errors import BackendUnavailableError
 from tests.faults.load import Answer, SteadyLoad, Stream, kinds, window_counts
 from tests.faults.redis_cluster import NODE_TIMEOUT_MS, ReplicatedCluster
+from tests.faults.redis_sentinel import DOWN_AFTER_MS, ReplicatedSentinel
 from tests.integration.redis_servers import RedisProcess
 from tests.support.processes import SluiceProcess, sluice_serve
 
@@ -351,6 +355,85 @@ def test_cluster_master_killed_during_steady_load(
         f"{len(stalled)} of the errors ran out of the answer budget; "
         f"max latency {_ms(max(a.latency_s for a in answers))} "
         f"(deadline {_ms(CLUSTER_DEADLINE_S)}); "
+        f"admitted per window after ({LIMIT} allowed): "
+        + ", ".join(f"{s}" if s == m else f"{s}..{m}" for s, m in windows.values())
+    )
+
+
+# --- a Sentinel master killed -----------------------------------------------------------------
+
+
+@dataclass
+class SentinelFailover:
+    answers: list[Answer]
+    killing: float  # just before SIGKILL
+    killed: float
+    promoted: float  # a Sentinel names the replica as the master
+    stopped: float
+
+
+async def _kill_sentinel_master(
+    server: SluiceProcess, deployment: ReplicatedSentinel
+) -> SentinelFailover:
+    streams = [
+        Stream("probe", "probe", tuple(f"p{n}" for n in range(8)), rate_per_s=60, workers=3),
+        Stream("limited", "limited", ("hot",), rate_per_s=60, workers=3, gated=True),
+    ]
+    async with SteadyLoad(
+        server.grpc_target, streams, domain=DOMAIN, deadline_s=DEADLINE_S
+    ) as load:
+        await asyncio.sleep(STEADY_S)
+        killing = time.time()
+        await asyncio.to_thread(deployment.master.kill)
+        killed = time.time()
+        while await asyncio.to_thread(deployment.master_port) != deployment.replica.port:
+            assert time.time() - killed < 20 * DOWN_AFTER_MS / 1000, "no failover"
+            await asyncio.sleep(0.02)
+        promoted = time.time()
+        await asyncio.sleep(FOLLOW_BOUND_S + AFTER_S)
+        stopped = time.time()
+    return SentinelFailover(load.answers, killing, killed, promoted, stopped)
+
+
+def test_sentinel_master_killed_during_steady_load(
+    replicated_redis_sentinel: ReplicatedSentinel, tmp_path: Path
+) -> None:
+    deployment = replicated_redis_sentinel
+    with _serve(tmp_path, deployment.url, "error") as server:
+        run = asyncio.run(_kill_sentinel_master(server, deployment))
+        assert server.process.poll() is None, "Sluice must follow the failover running"
+    answers = run.answers
+    assert deployment.role(deployment.replica) == "master"
+
+    # Every call answered within its deadline: a decision, or UNAVAILABLE naming Redis.
+    _check_answered_in_time(answers, {"OK", "OVER_LIMIT", "UNAVAILABLE"})
+    before = [a for a in answers if a.ended < run.killing]
+    assert before and all(a.decided for a in before), "not deciding from Redis before the kill"
+    errors = [a for a in answers if not a.decided]
+    assert errors, "the kill went unnoticed: is the load reaching Redis?"
+    assert all(a.kind == "UNAVAILABLE" and "Redis" in a.details for a in errors), errors[:3]
+    assert min(a.ended for a in errors) >= run.killing
+
+    # Decisions from the new master, found through the Sentinels, within FOLLOW_BOUND_S.
+    resumed_by = run.promoted + FOLLOW_BOUND_S
+    late = [a for a in errors if a.started >= resumed_by]
+    assert not late, f"errors {FOLLOW_BOUND_S}s after the promotion: {late[:3]}"
+    after = [a for a in answers if a.started >= resumed_by]
+    assert len(after) > 100 and all(a.decided for a in after)
+    first_decision = min(a.ended for a in answers if a.started >= run.promoted and a.decided)
+    # The new master holds what the old one had replicated; counts go on from there, and no
+    # whole window after the last error admits more than the limit.
+    last_error = max(a.ended for a in errors)
+    windows = _check_windows(answers, last_error + 3 * REDIS_TIMEOUT_MS / 1000, run.stopped)
+
+    print(
+        f"\nSentinel master killed (down-after {DOWN_AFTER_MS} ms, 3 Sentinels, quorum 2, "
+        f"failure mode error): replica promoted {run.promoted - run.killed:.2f}s after the "
+        f"kill; errors {len(errors)} of {len(answers)} calls {kinds(errors)}, from "
+        f"{min(a.started for a in errors) - run.killed:+.2f}s to "
+        f"{last_error - run.killed:+.2f}s after the kill; first decision from the new master "
+        f"{first_decision - run.promoted:+.2f}s after the promotion; "
+        f"max latency {_ms(max(a.latency_s for a in answers))} (deadline {_ms(DEADLINE_S)}); "
         f"admitted per window after ({LIMIT} allowed): "
         + ", ".join(f"{s}" if s == m else f"{s}..{m}" for s, m in windows.values())
     )
