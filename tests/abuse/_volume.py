@@ -1,11 +1,11 @@
 """How many cases each test of tests/abuse generates.
 
-By default, and in CI, a small set: about 2,000 generated cases, and tests/abuse runs in
-about 80 s (55 s of it the million-value key-space test, which runs its full size always).
+By default, and in CI, a small set: 2,000 generated cases, and tests/abuse runs in about
+40 s (20 s of it the million-value key-space test, which runs its full size always).
 With ``SLUICE_FUZZ=nightly`` (which also selects the "nightly" hypothesis profile, registered
 in tests/conftest.py: fresh random examples, no per-example deadline) the nightly-sized set,
-114,600 generated cases in all, and a million values through Redis (about 25 min in all on
-two shared cores):
+114,600 generated cases in all, and a million values through Redis (about 10 min in all on
+two cores):
 
     SLUICE_FUZZ=nightly .venv/bin/python -m pytest tests/abuse --hypothesis-show-statistics
 

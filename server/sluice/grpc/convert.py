@@ -112,6 +112,7 @@ def request_from_json(body: bytes) -> RateLimitRequest:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json_format.Parse refuses duplicate keys; ParseDict, given a dict, cannot see them.
     document: dict[str, Any] = {}
     for key, value in pairs:
         if key in document:
