@@ -13,6 +13,8 @@ constraint stays as a backstop.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -312,10 +314,30 @@ def _sqlite_connect(dbapi_connection: Any, _record: object) -> None:
     try:
         # Wait for the other process instead of failing with "database is locked".
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
-        # WAL lets readers in one process carry on while another publishes.
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _use_wal(cursor)
     finally:
         cursor.close()
+
+
+def _use_wal(cursor: Any) -> None:
+    """Put the database in WAL mode, which lets readers in one process carry on while another
+    publishes. The mode is kept in the file, so only a new database is ever switched.
+
+    Switching reads under a shared lock, then needs an exclusive one. When several connections
+    switch a new database at once, SQLite refuses all but one at once (waiting could deadlock)
+    without calling the busy handler, so busy_timeout does not apply: retry within it.
+    """
+    if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
+    deadline = time.monotonic() + _SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)  # the connection that won holds its lock for a moment only
 
 
 def _sqlite_begin(conn: Connection) -> None:
