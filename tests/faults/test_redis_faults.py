@@ -74,6 +74,14 @@ FOLLOW_BOUND_S = 2.0
 CLUSTER_DEADLINE_S = 3.0
 
 
+# The load of the standalone and Sentinel tests: counters spread over values, and one counter
+# over its limit in every window.
+STEADY_STREAMS = (
+    Stream("probe", "probe", tuple(f"p{n}" for n in range(8)), rate_per_s=60, workers=3),
+    Stream("limited", "limited", ("hot",), rate_per_s=60, workers=3, gated=True),
+)
+
+
 def _serve(tmp_path: Path, url: str, mode: str):
     config = tmp_path / "policy.yaml"
     config.write_text(POLICY)
@@ -128,12 +136,8 @@ class Outage:
 
 
 async def _kill_and_restart(server: SluiceProcess, redis: RedisProcess) -> Outage:
-    streams = [
-        Stream("probe", "probe", tuple(f"p{n}" for n in range(8)), rate_per_s=60, workers=3),
-        Stream("limited", "limited", ("hot",), rate_per_s=60, workers=3, gated=True),
-    ]
     async with SteadyLoad(
-        server.grpc_target, streams, domain=DOMAIN, deadline_s=DEADLINE_S
+        server.grpc_target, STEADY_STREAMS, domain=DOMAIN, deadline_s=DEADLINE_S
     ) as load:
         await asyncio.sleep(STEADY_S)
         killing = time.time()
@@ -375,12 +379,8 @@ class SentinelFailover:
 async def _kill_sentinel_master(
     server: SluiceProcess, deployment: ReplicatedSentinel
 ) -> SentinelFailover:
-    streams = [
-        Stream("probe", "probe", tuple(f"p{n}" for n in range(8)), rate_per_s=60, workers=3),
-        Stream("limited", "limited", ("hot",), rate_per_s=60, workers=3, gated=True),
-    ]
     async with SteadyLoad(
-        server.grpc_target, streams, domain=DOMAIN, deadline_s=DEADLINE_S
+        server.grpc_target, STEADY_STREAMS, domain=DOMAIN, deadline_s=DEADLINE_S
     ) as load:
         await asyncio.sleep(STEADY_S)
         killing = time.time()
