@@ -14,13 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    DocumentStartEvent,
-    ScalarEvent,
-)
+from yaml.events import AliasEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from sluice.algorithms import ALGORITHMS
@@ -71,7 +65,7 @@ _MAX_REQUESTS_PER_UNIT = 2**32 - 1  # a uint32 on the wire
 # per level, so nesting is bounded well inside Python's recursion limit (a policy nests two
 # levels per descriptor level). Aliases are shared, not copied, when composed, but the walk
 # visits a node once per path to it: a small "billion laughs" document would take forever,
-# and a recursive alias forever and a day. Both are refused before the walk starts.
+# and a recursive alias forever and a day. Both are refused while composing (_GuardedLoader).
 MAX_DEPTH = 100
 MAX_ALIAS_NODES = 100_000
 
@@ -165,12 +159,10 @@ class _Loader:
     def documents(self, text: str) -> Iterator[tuple[DomainPolicy, str]]:
         self.breaks = _breaks(text)
         try:
-            refused = _shape_problem(text, self.breaks)
-            if refused is not None:
-                line, reason = refused
-                self.problems.append(f"{self.source}:{line}: {reason}")
-                return
-            nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+            nodes = list(yaml.compose_all(text, Loader=_GuardedLoader))
+        except _Refused as exc:
+            self.problems.append(f"{self.source}:{_line(self.breaks, exc.mark)}: {exc.reason}")
+            return
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             line = _line(self.breaks, mark)
@@ -467,51 +459,69 @@ def _line(breaks: list[int], mark: yaml.Mark | None) -> int:
     return bisect.bisect_left(breaks, mark.index) + 1 if mark is not None else 1
 
 
-def _shape_problem(text: str, breaks: list[int]) -> tuple[int, str] | None:
-    """(line, reason) when the YAML nests deeper than MAX_DEPTH or its aliases would make the
-    walk visit more than MAX_ALIAS_NODES extra nodes (or loop); None when it is fine.
+class _Refused(Exception):
+    def __init__(self, mark: yaml.Mark, reason: str) -> None:
+        super().__init__(reason)
+        self.mark = mark
+        self.reason = reason
 
-    One pass over the parser's events, in time and memory linear in the text: each anchor's
-    expanded size is summed as it closes, and each alias adds its anchor's size. Raises what
-    the parser raises on a syntax error.
+
+class _GuardedLoader(yaml.SafeLoader):
+    """SafeLoader's composer, refusing (``_Refused``) a document that nests deeper than
+    MAX_DEPTH or whose aliases would make the walk visit more than MAX_ALIAS_NODES extra
+    nodes (or loop), as it composes: the text is parsed once.
+
+    Each anchored node's expanded size is noted as it closes; each alias adds its anchor's.
+    The check comes before the composer recurses, so a deep document never reaches
+    Python's recursion limit.
     """
-    sizes: dict[str, int] = {}  # anchor -> how many nodes it expands to
-    open_: list[list[Any]] = []  # the collections being read: [anchor, expanded size]
-    added = 0  # nodes the aliases of this document add
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, DocumentStartEvent):
-            sizes.clear()  # anchors are per document
-            added = 0
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._open: list[int] = []  # expanded size so far of each collection being composed
+        self._sizes: dict[str, int] = {}  # anchor -> how many nodes it expands to
+        self._added = 0  # nodes the aliases of this document add
+
+    def compose_document(self) -> Node:
+        self._sizes.clear()  # anchors are per document
+        self._added = 0
+        return super().compose_document()
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        if isinstance(event, AliasEvent):
+            size = self._alias_size(event)
+            node = super().compose_node(parent, index)
         elif isinstance(event, CollectionStartEvent):
-            if len(open_) >= MAX_DEPTH:
-                return _line(breaks, event.start_mark), f"nested deeper than {MAX_DEPTH} levels"
-            open_.append([event.anchor, 1])
-        elif isinstance(event, CollectionEndEvent):
-            anchor, size = open_.pop()
-            if anchor is not None:
-                sizes[anchor] = size
-            if open_:
-                open_[-1][1] += size
-        elif isinstance(event, ScalarEvent):
-            if event.anchor is not None:
-                sizes[event.anchor] = 1
-            if open_:
-                open_[-1][1] += 1
-        elif isinstance(event, AliasEvent):
-            if any(anchor == event.anchor for anchor, _ in open_):
-                reason = f"alias '*{event.anchor}' refers to a node that contains it"
-                return _line(breaks, event.start_mark), reason
-            size = sizes.get(event.anchor, 1)  # an undefined alias: the composer reports it
-            added += size
-            if added > MAX_ALIAS_NODES:
-                reason = (
-                    f"aliases expand this document by more than {MAX_ALIAS_NODES} nodes "
-                    f"(at alias '*{event.anchor}', of {size} nodes)"
-                )
-                return _line(breaks, event.start_mark), reason
-            if open_:
-                open_[-1][1] += size
-    return None
+            if len(self._open) >= MAX_DEPTH:
+                raise _Refused(event.start_mark, f"nested deeper than {MAX_DEPTH} levels")
+            self._open.append(1)
+            node = super().compose_node(parent, index)
+            size = self._open.pop()
+        else:
+            size = 1
+            node = super().compose_node(parent, index)
+        if event.anchor is not None and not isinstance(event, AliasEvent):
+            self._sizes[event.anchor] = size
+        if self._open:
+            self._open[-1] += size
+        return node
+
+    def _alias_size(self, event: AliasEvent) -> int:
+        if event.anchor not in self.anchors:
+            return 1  # undefined: the composer reports it
+        size = self._sizes.get(event.anchor)
+        if size is None:  # defined, not yet closed: the alias is inside its own anchor
+            reason = f"alias '*{event.anchor}' refers to a node that contains it"
+            raise _Refused(event.start_mark, reason)
+        self._added += size
+        if self._added > MAX_ALIAS_NODES:
+            reason = (
+                f"aliases expand this document by more than {MAX_ALIAS_NODES} nodes "
+                f"(at alias '*{event.anchor}', of {size} nodes)"
+            )
+            raise _Refused(event.start_mark, reason)
+        return size
 
 
 def _walk(rules: Iterable[Rule]) -> Iterator[Rule]:
