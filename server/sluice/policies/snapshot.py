@@ -7,12 +7,12 @@ the walk never backtracks; a limit applies only when it sits at the request's la
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sluice.algorithms import Limit
 from sluice.model import DomainPolicy, RateLimit, Rule
+from sluice.policies.glob import Glob
 
 __all__ = ["Match", "Snapshot"]
 
@@ -45,7 +45,7 @@ class _Node:
         # Built once here so the request path never constructs them.
         self.limits = tuple(algorithm_limit(x) for x in rule.limits) if rule is not None else ()
         self.exact: dict[tuple[str, str], _Node] = {}
-        self.wildcards: dict[str, list[tuple[re.Pattern[str], _Node]]] = {}
+        self.wildcards: dict[str, list[tuple[Glob, _Node]]] = {}
         self.key_only: dict[str, _Node] = {}
         for child in children:
             child_id = f"{rule_id}.{child.key}" + (f"_{child.value}" if child.value else "")
@@ -53,7 +53,7 @@ class _Node:
             if child.value is None:
                 self.key_only[child.key] = node
             elif child.is_wildcard:
-                self.wildcards.setdefault(child.key, []).append((_glob(child.value), node))
+                self.wildcards.setdefault(child.key, []).append((Glob(child.value), node))
             else:
                 self.exact[(child.key, child.value)] = node
 
@@ -66,13 +66,9 @@ class _Node:
         if node is not None:
             return node
         for pattern, candidate in self.wildcards.get(key, ()):
-            if pattern.fullmatch(value):
+            if pattern.matches(value):
                 return candidate
         return self.key_only.get(key)
-
-
-def _glob(value: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)
 
 
 class Snapshot:

@@ -20,6 +20,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from sluice.algorithms import ALGORITHMS
 from sluice.errors import ConfigError
 from sluice.model import DomainPolicy, RateLimit, Rule, Unit
+from sluice.policies.glob import MAX_WILDCARDS
 
 __all__ = [
     "DEFAULT_MAX_LOG_LIMIT",
@@ -275,6 +276,12 @@ class _Loader:
         unlimited, name, replaces = False, "", ()
         if "rate_limit" in fields:
             limits, unlimited, name, replaces = self.rate_limit(fields["rate_limit"])
+        if value is not None and value.count("*") > MAX_WILDCARDS:
+            self.error(
+                fields["value"],
+                f"value has {value.count('*')} wildcards '*', more than the maximum of "
+                f"{MAX_WILDCARDS}",
+            )
         share_threshold = self.boolean(fields.get("share_threshold"), "share_threshold")
         if share_threshold and (value is None or "*" not in value):
             self.error(

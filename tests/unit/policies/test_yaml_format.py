@@ -271,6 +271,11 @@ def test_several_documents_and_empty_ones() -> None:
             id="share-threshold-without-wildcard",
         ),
         pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    value: '" + "*a" * 17 + "'\n",
+            ["t.yaml:4: value has 17 wildcards '*', more than the maximum of 16"],
+            id="too-many-wildcards",
+        ),
+        pytest.param(
             "domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n",
             [
                 "t.yaml:4: share_threshold is only allowed on a descriptor whose value has a "
@@ -396,3 +401,9 @@ def test_dump_then_load_gives_the_same_policies() -> None:
     text = Path(__file__).parents[3].joinpath("examples", "ratelimit.yaml").read_text()
     original = load_text(text, "example")
     assert load_text(dump_policies(original), "dump") == original
+
+
+def test_a_value_may_have_up_to_sixteen_wildcards() -> None:
+    text = "domain: d\ndescriptors:\n  - key: k\n    value: '" + "*a" * 16 + "'\n"
+    (policy,) = load_text(text, "t.yaml")
+    assert policy.descriptors[0].value == "*a" * 16
