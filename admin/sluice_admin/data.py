@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy import insert, select, update
 
-from sluice.errors import SluiceError
+from sluice.errors import DomainNotFoundError, SluiceError
 from sluice.model import DomainPolicy
-from sluice.policies.service import DomainNotFoundError, DomainView, PolicyService, Version
+from sluice.policies.service import DomainView, PolicyService, Version
 from sluice.policies.store import PolicyStore
 from sluice.policies.tables import admin_users
 from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from sluice.algorithms import DEFAULT_ALGORITHM
 from sluice.model import DomainPolicy, Rule
 from sluice.policies.yaml_format import dump_policy, rule_document
 
@@ -132,12 +133,12 @@ def remove_rule(docs: list[Doc], path: RulePath) -> list[Doc]:
 class LimitFields:
     requests_per_unit: int = 10
     unit: str = "minute"
-    algorithm: str = "fixed_window"
+    algorithm: str = DEFAULT_ALGORITHM.name
     burst: int | None = None
 
     def document(self) -> Doc:
         doc: Doc = {"unit": self.unit, "requests_per_unit": self.requests_per_unit}
-        if self.algorithm != "fixed_window":
+        if self.algorithm != DEFAULT_ALGORITHM.name:
             doc["algorithm"] = self.algorithm
         if self.burst is not None:
             doc["burst"] = self.burst

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.algorithms import Limit
-from sluice.algorithms.registry import MODULES
 from sluice.model import RateLimit
+from sluice.policies.snapshot import compile_limit
 from sluice.usage.store import UsagePoint
 
 __all__ = [
@@ -65,15 +65,7 @@ class Replay:
 
 def limits_of(limits: Iterable[RateLimit]) -> list[Limit]:
     """Rule limits as the algorithms take them (burst defaulting to the limit, as served)."""
-    return [
-        Limit(
-            x.requests_per_unit,
-            x.unit.seconds,
-            x.algorithm,
-            x.burst if x.burst is not None else x.requests_per_unit,
-        )
-        for x in limits
-    ]
+    return [compile_limit(x) for x in limits]
 
 
 def recorded(points: Iterable[UsagePoint]) -> Traffic:
@@ -106,17 +98,16 @@ def simulate(
     a hit is admitted iff every limit admits it; a refused hit changes no state, except that
     fixed windows count every hit."""
     traffic, skipped = _budget(traffic, max_hits)
-    steps = [MODULES[limit.algorithm].step for limit in limits]
     states: list[Any] = [None] * len(limits)
     seconds = []
     for second, n in traffic:
         admitted = 0
         for i in range(n):
             now = second + i / n
-            stepped = [step(s, x, now, 1) for step, s, x in zip(steps, states, limits, strict=True)]
+            stepped = [x.algorithm.step(s, x, now, 1) for s, x in zip(states, limits, strict=True)]
             ok = all(outcome.allowed for _, outcome in stepped)
             for j, ((new, _), limit) in enumerate(zip(stepped, limits, strict=True)):
-                if ok or limit.algorithm == "fixed_window":
+                if ok or limit.algorithm.counts_refused:
                     states[j] = new
             admitted += ok
         seconds.append(Second(second, admitted, n - admitted))

@@ -12,9 +12,9 @@ from aiohttp import web
 
 from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
+from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import RedisTls, connect
-from sluice.backends.redis.over_limit_cache import OverLimitCache
 from sluice.clock import Clock, SystemClock
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
@@ -139,23 +139,7 @@ class Sluice:
                 config_database_up=float(st.database_up),
                 config_from_cache=float(st.source == "cache"),
             )
-        backend = self.backend
-        if isinstance(backend, OverLimitCache):
-            state["local_cache_refusals"] = backend.local_refusals
-            backend = backend.inner
-        if isinstance(backend, RedisBackend):
-            state.update(
-                redis_round_trips=backend.round_trips,
-                redis_script_calls=backend.script_calls,
-                redis_fast_failures=backend.fast_failures,
-                redis_late_answers=backend.late_answers,
-                redis_circuit_open=float(backend.circuit_open),
-            )
-        if isinstance(self.backend, MemoryBackend):
-            state.update(
-                memory_backend_keys=len(self.backend),
-                memory_backend_evictions=self.backend.evictions,
-            )
+        state.update(self.backend.metric_values())
         if self.flusher is not None:
             state["usage_flush_failures"] = self.flusher.failures
         return state

@@ -21,15 +21,8 @@ from sluice.backends import Backend, Hit
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
 from sluice.errors import BackendUnavailableError
-from sluice.model import (
-    Code,
-    Decision,
-    DescriptorStatus,
-    Header,
-    RateLimit,
-    RateLimitRequest,
-)
-from sluice.policies.snapshot import Snapshot
+from sluice.model import Code, Decision, DescriptorStatus, Header, RateLimitRequest
+from sluice.policies.snapshot import Match, Snapshot
 from sluice.usage.recorder import ALLOWED, BACKEND_ERROR, OVER_LIMIT, SHADOW_OVER, UsageRecorder
 
 __all__ = ["FAILURE_MODES", "LimiterSettings", "RateLimiter", "UNLIMITED_REMAINING"]
@@ -51,12 +44,8 @@ class LimiterSettings:
 
 @dataclass(slots=True)
 class _Applicable:
-    rule_id: str
-    index: int
-    reported: tuple[RateLimit, ...]  # as clients see them, parallel to ``limits``
-    limits: tuple[Limit, ...]
-    shadow_mode: bool
-    counter_key: tuple[str, ...]
+    match: Match
+    index: int  # of the descriptor in the request
     cost: int
 
 
@@ -89,52 +78,31 @@ class RateLimiter:
         for i, descriptor in enumerate(request.descriptors):
             cost = default_cost if descriptor.hits_addend is None else descriptor.hits_addend
             if descriptor.limit is not None:
-                if not snapshot.has_domain(domain):
-                    continue  # envoyproxy/ratelimit ignores overrides for unknown domains
-                override = descriptor.limit
-                reported = RateLimit(override.requests_per_unit, override.unit)
-                counter_key = (domain, *(part for entry in descriptor.entries for part in entry))
-                limit = Limit(override.requests_per_unit, override.unit.seconds)
-                applicable.append(
-                    _Applicable(
-                        f"{domain}.(override)", i, (reported,), (limit,), False, counter_key, cost
-                    )
-                )
-                continue
-            match = snapshot.lookup(domain, descriptor.entries)
+                match = snapshot.override(domain, descriptor.entries, descriptor.limit)
+            else:
+                match = snapshot.lookup(domain, descriptor.entries)
             if match is None:
                 continue
-            rule = match.rule
             # Collected before unlimited rules are answered: an unlimited rule's replaces count.
-            replaced.update(rule.replaces)
-            if rule.unlimited:
+            replaced.update(match.replaces)
+            if match.unlimited:
                 statuses[i] = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
                 if self._recorder is not None:
                     self._recorder.record(match.rule_id, ALLOWED, cost=cost)
                 continue
-            applicable.append(
-                _Applicable(
-                    match.rule_id,
-                    i,
-                    rule.limits,
-                    match.limits,
-                    rule.shadow_mode,
-                    match.counter_key,
-                    cost,
-                )
-            )
+            applicable.append(_Applicable(match, i, cost))
 
         if replaced:
-            applicable = [a for a in applicable if a.reported[0].name not in replaced]
+            applicable = [a for a in applicable if a.match.name not in replaced]
 
         if applicable:
-            hits = [Hit(a.counter_key, a.limits, a.cost) for a in applicable]
+            hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
             try:
                 outcomes = await self._backend.apply(hits, self._clock.now())
             except BackendUnavailableError:
                 if self._recorder is not None:
                     for a in applicable:
-                        self._recorder.record(a.rule_id, BACKEND_ERROR, cost=a.cost)
+                        self._recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
                 if self._settings.failure_mode == "error":
                     raise
                 outcomes = None
@@ -161,18 +129,19 @@ class RateLimiter:
             near = limit is not None and recorder.is_near(
                 limit.requests_per_unit, status.limit_remaining
             )
-            recorder.record(a.rule_id, ALLOWED, cost=a.cost, near=near)
+            recorder.record(a.match.rule_id, ALLOWED, cost=a.cost, near=near)
             return
         # The concrete values: who is being limited (only built for refused hits).
-        offender = ",".join(a.counter_key[1:])
-        kind = SHADOW_OVER if a.shadow_mode else OVER_LIMIT
-        recorder.record(a.rule_id, kind, cost=a.cost, offender=offender)
+        offender = ",".join(a.match.counter_key[1:])
+        kind = SHADOW_OVER if a.match.shadow_mode else OVER_LIMIT
+        recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender)
 
     def _failed(self, a: _Applicable) -> DescriptorStatus:
         if self._settings.failure_mode == "allow":
             return _NO_LIMIT
-        code = Code.OK if a.shadow_mode else Code.OVER_LIMIT
-        return DescriptorStatus(code, a.reported[0], 0, 0, reason="rate-limit state unavailable")
+        code = Code.OK if a.match.shadow_mode else Code.OVER_LIMIT
+        reported = a.match.limits[0].rate_limit
+        return DescriptorStatus(code, reported, 0, 0, reason="rate-limit state unavailable")
 
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
@@ -190,29 +159,32 @@ def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStat
         else:
             chosen = min(range(len(outcomes)), key=lambda i: outcomes[i].remaining)
     outcome = outcomes[chosen]
-    limit = a.reported[chosen]
+    limit = a.match.limits[chosen]
+    reported = limit.rate_limit
     if outcome.allowed:
         delay = max(o.delay_s for o in outcomes)
         reset = _reset(limit, outcome)
-        return DescriptorStatus(Code.OK, limit, outcome.remaining, reset, delay), True
-    code = Code.OK if a.shadow_mode else Code.OVER_LIMIT
+        return DescriptorStatus(Code.OK, reported, outcome.remaining, reset, delay), True
+    code = Code.OK if a.match.shadow_mode else Code.OVER_LIMIT
     reason = "" if outcome.fits else _never_fits(a.cost, limit)
-    status = DescriptorStatus(code, limit, outcome.remaining, _reset(limit, outcome), reason=reason)
-    return status, False
+    reset = _reset(limit, outcome)
+    return DescriptorStatus(code, reported, outcome.remaining, reset, reason=reason), False
 
 
-def _reset(limit: RateLimit, outcome: Outcome) -> float:
+def _reset(limit: Limit, outcome: Outcome) -> float:
     # Fixed windows report whole seconds, rounded up: envoyproxy/ratelimit's numbers exactly.
-    if limit.algorithm == "fixed_window":
+    if limit.algorithm.whole_second_resets:
         return _whole_seconds(outcome.reset_s)
     return outcome.reset_s
 
 
-def _never_fits(cost: int, limit: RateLimit) -> str:
+def _never_fits(cost: int, limit: Limit) -> str:
     if limit.requests_per_unit == 0:
         return "the limit is 0: nothing is ever admitted"
-    capacity = limit.burst if limit.burst is not None else limit.requests_per_unit
-    return f"a cost of {cost} can never be admitted: the {limit.algorithm} capacity is {capacity}"
+    return (
+        f"a cost of {cost} can never be admitted: the {limit.algorithm.name} capacity is "
+        f"{limit.burst}"
+    )
 
 
 def _rate_limit_headers(

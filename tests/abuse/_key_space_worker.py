@@ -17,7 +17,7 @@ import sys
 import time
 
 from sluice.backends.memory import MemoryBackend
-from sluice.backends.redis.over_limit_cache import OverLimitCache
+from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.clock import ManualClock
 from sluice.limiter import RateLimiter
 from sluice.model import Code, Descriptor, RateLimitRequest

@@ -22,9 +22,9 @@ import pytest
 import redis
 
 from sluice.algorithms import ALGORITHMS
+from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import connect
-from sluice.backends.redis.over_limit_cache import OverLimitCache
 from sluice.clock import SystemClock
 from sluice.limiter import RateLimiter
 from sluice.model import Code, Descriptor, RateLimitRequest

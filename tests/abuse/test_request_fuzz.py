@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.backends.memory import MemoryBackend
-from sluice.backends.redis.over_limit_cache import OverLimitCache
+from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.bounds import RequestBounds
 from sluice.clock import ManualClock
 from sluice.errors import InvalidRequestError

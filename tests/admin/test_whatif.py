@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from sluice.algorithms import Limit
+from sluice.algorithms import ALGORITHMS, Limit
 from sluice.usage.store import UsagePoint, UsageStore
 from sluice_admin.whatif import Second, bursty, recorded, simulate, steady
 from tests.admin._harness import metric, new_app, no_exceptions, open_page, sign_in
 
 
 def test_fixed_window_admits_the_limit_then_refuses_the_rest_of_the_window() -> None:
-    replay = simulate([Limit(10, 60)], steady(3, 10))
+    replay = simulate([Limit(10, 60, ALGORITHMS["fixed_window"])], steady(3, 10))
     assert replay.seconds[:5] == [
         Second(0, 3, 0),
         Second(1, 3, 0),
@@ -25,14 +25,14 @@ def test_fixed_window_admits_the_limit_then_refuses_the_rest_of_the_window() -> 
 
 def test_gcra_spaces_requests_one_interval_apart() -> None:
     # T = 1 s, tau = 1 s: of hits at 0, 0.5, 1, 1.5, ... every other one fits.
-    replay = simulate([Limit(1, 1, "gcra", 1)], steady(2, 5))
+    replay = simulate([Limit(1, 1, ALGORITHMS["gcra"], 1)], steady(2, 5))
     assert [(s.admitted, s.rejected) for s in replay.seconds] == [(1, 1)] * 5
 
 
 def test_token_bucket_refills_between_bursts() -> None:
     # Capacity 5, refilled at 10/60 per s: each burst of 8 (spread over its second) gets 5
     # through; 30 s later the bucket is full again.
-    replay = simulate([Limit(10, 60, "token_bucket", 5)], bursty(8, 30, 60))
+    replay = simulate([Limit(10, 60, ALGORITHMS["token_bucket"], 5)], bursty(8, 30, 60))
     assert [
         (s.second, s.admitted, s.rejected) for s in replay.seconds if s.admitted or s.rejected
     ] == [
@@ -44,7 +44,10 @@ def test_token_bucket_refills_between_bursts() -> None:
 def test_several_limits_all_must_admit_and_fixed_windows_count_refused_hits() -> None:
     # 2/s and 5/min: second 0 admits 2 (the third is refused but counted by the minute
     # window: 3), second 1 admits 2 (count 5), then the minute is spent.
-    replay = simulate([Limit(5, 60), Limit(2, 1)], steady(3, 3))
+    replay = simulate(
+        [Limit(5, 60, ALGORITHMS["fixed_window"]), Limit(2, 1, ALGORITHMS["fixed_window"])],
+        steady(3, 3),
+    )
     assert [(s.admitted, s.rejected) for s in replay.seconds] == [(2, 1), (2, 1), (0, 3)]
 
 
@@ -71,7 +74,9 @@ def test_recorded_traffic_counts_every_decided_request() -> None:
 
 
 def test_the_replay_keeps_the_most_recent_seconds_within_budget() -> None:
-    replay = simulate([Limit(100, 1)], [(0, 5), (1, 5), (2, 5)], max_hits=11)
+    replay = simulate(
+        [Limit(100, 1, ALGORITHMS["fixed_window"])], [(0, 5), (1, 5), (2, 5)], max_hits=11
+    )
     assert [s.second for s in replay.seconds] == [1, 2]
     assert replay.skipped_hits == 5
 
@@ -88,8 +93,8 @@ def test_the_page_replays_the_recorded_hour_with_the_servers_algorithms(
     }
     UsageStore(store).add(counts, {})
     traffic = [(start + i, 10) for i in range(20)]
-    expect_now = simulate([Limit(5, 60)], traffic)
-    expect_then = simulate([Limit(50, 60, "gcra", 50)], traffic)
+    expect_now = simulate([Limit(5, 60, ALGORITHMS["fixed_window"])], traffic)
+    expect_then = simulate([Limit(50, 60, ALGORITHMS["gcra"], 50)], traffic)
 
     at = open_page(sign_in(new_app(), "ed"), "what_if")
     no_exceptions(at)

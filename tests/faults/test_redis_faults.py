@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from sluice.algorithms import Limit
+from sluice.algorithms import ALGORITHMS, Limit
 from sluice.backends import Hit
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import connect
@@ -448,7 +448,10 @@ def test_a_cold_cluster_client_takes_concurrent_calls(redis_cluster: str) -> Non
     (ConnectionError, even AttributeError: INTERNAL for the client). Now none does."""
     client = connect(redis_cluster, timeout_s=2)
     backend = RedisBackend(client, key_prefix=f"{PREFIX}cold:")
-    hits = [Hit((DOMAIN, "probe", f"v{n}"), (Limit(1_000_000, 1),), 1) for n in range(48)]
+    hits = [
+        Hit((DOMAIN, "probe", f"v{n}"), (Limit(1_000_000, 1, ALGORITHMS["fixed_window"]),), 1)
+        for n in range(48)
+    ]
 
     async def wave() -> list:
         # One event-loop tick: one batch, one call per hash slot, all at once.
@@ -472,7 +475,7 @@ def test_a_hung_redis_is_answered_within_the_budget(private_redis: RedisProcess)
     """However long the client library takes inside a call, the caller has its answer (here:
     unavailable) when the answer budget runs out; the call itself is left to finish."""
     backend = RedisBackend(connect(private_redis.url, timeout_s=2), answer_timeout_s=0.2)
-    hit = Hit((DOMAIN, "probe", "hung"), (Limit(10, 1),), 1)
+    hit = Hit((DOMAIN, "probe", "hung"), (Limit(10, 1, ALGORITHMS["fixed_window"]),), 1)
 
     async def scenario() -> list[float]:
         await backend.apply([hit], time.time())  # connected

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
-from sluice.backends.redis.scripts import ApplyScript, decode_result, encode_args
+from sluice.backends.redis.scripts import SCRIPT_SOURCE, ApplyScript, decode_result, encode_args
 from tests.unit.algorithms._properties import start_times, time_steps
 
 
@@ -58,12 +58,12 @@ def limit_sets(draw: st.DrawFn, algorithms: tuple[str, ...]) -> tuple[Limit, ...
     limits = []
     for algorithm, period in draw(st.lists(kinds, min_size=1, max_size=3, unique=True)):
         rate = draw(st.one_of(st.integers(0, 6), st.just(50)))
-        limits.append(Limit(rate, period, algorithm, draw(st.integers(0, 6))))
+        limits.append(Limit(rate, period, ALGORITHMS[algorithm], draw(st.integers(0, 6))))
     return tuple(limits)
 
 
 @st.composite
-def traffic(draw: st.DrawFn, algorithms: tuple[str, ...] = ALGORITHMS):
+def traffic(draw: st.DrawFn, algorithms: tuple[str, ...] = tuple(ALGORITHMS)):
     rules = draw(st.lists(limit_sets(algorithms), min_size=1, max_size=3))
     steps = []
     for _ in range(draw(st.integers(1, 20))):
@@ -78,7 +78,7 @@ def traffic(draw: st.DrawFn, algorithms: tuple[str, ...] = ALGORITHMS):
 def _keys(prefix: str, hits: list[Hit]) -> list[str]:
     # The hash tag keeps an example's keys in one slot, as Redis Cluster would need.
     return [
-        f"{{{prefix}}}:{hit.counter_key[0]}:{limit.algorithm}:{limit.period_s}"
+        f"{{{prefix}}}:{hit.counter_key[0]}:{limit.algorithm.name}:{limit.period_s}"
         for hit in hits
         for limit in hit.limits
     ]
@@ -128,8 +128,8 @@ def test_mixed_limits_match_memory(harness: Harness, case) -> None:
 
 
 def test_worked_examples_through_redis(harness: Harness) -> None:
-    gcra = Hit(("g",), (Limit(3, 60, "gcra", 3),), 1)
-    leaky = Hit(("l",), (Limit(1, 1, "leaky_bucket", 3),), 1)
+    gcra = Hit(("g",), (Limit(3, 60, ALGORITHMS["gcra"], 3),), 1)
+    leaky = Hit(("l",), (Limit(1, 1, ALGORITHMS["leaky_bucket"], 3),), 1)
     keys = [f"{{w}}:{uuid.uuid4().hex}", f"{{w}}:{uuid.uuid4().hex}"]
     for _ in range(3):
         harness.run(harness.script(keys, [gcra, leaky], 0.0))
@@ -143,7 +143,11 @@ def test_worked_examples_through_redis(harness: Harness) -> None:
 def test_a_refused_hit_writes_nothing(harness: Harness) -> None:
     key = f"{{r}}:{uuid.uuid4().hex}"
     free = f"{{r}}:{uuid.uuid4().hex}"
-    hit = Hit(("r",), (Limit(1, 60, "token_bucket", 1), Limit(9, 60, "gcra", 9)), 1)
+    hit = Hit(
+        ("r",),
+        (Limit(1, 60, ALGORITHMS["token_bucket"], 1), Limit(9, 60, ALGORITHMS["gcra"], 9)),
+        1,
+    )
     harness.run(harness.script([key, free], [hit], 100.0))
     # A key without TTL (say, set by hand) must keep having none after a refused hit.
     harness.run(harness.client.persist(key))
@@ -157,7 +161,11 @@ def test_a_refused_hit_writes_nothing(harness: Harness) -> None:
 
 def test_fixed_windows_count_refused_hits_and_other_limits_do_not(harness: Harness) -> None:
     fixed, log = f"{{f}}:{uuid.uuid4().hex}", f"{{f}}:{uuid.uuid4().hex}"
-    hit = Hit(("f",), (Limit(5, 60, "fixed_window"), Limit(1, 60, "sliding_window_log")), 1)
+    hit = Hit(
+        ("f",),
+        (Limit(5, 60, ALGORITHMS["fixed_window"]), Limit(1, 60, ALGORITHMS["sliding_window_log"])),
+        1,
+    )
     for expected in (True, False, False):
         ((_, outcome),) = harness.run(harness.script([fixed, log], [hit], 30.0))
         assert outcome.allowed is expected
@@ -167,7 +175,7 @@ def test_fixed_windows_count_refused_hits_and_other_limits_do_not(harness: Harne
 
 def test_redis_clock_when_now_is_omitted(harness: Harness) -> None:
     key = f"{{n}}:{uuid.uuid4().hex}"
-    hit = Hit(("n",), (Limit(3, 60, "gcra", 3),), 2)
+    hit = Hit(("n",), (Limit(3, 60, ALGORITHMS["gcra"], 3),), 2)
     ((outcome,),) = harness.run(harness.script([key], [hit]))
     assert outcome == Outcome(True, 1, 40.0)
     assert 0 < harness.run(harness.client.pttl(key)) <= 41_000
@@ -175,10 +183,10 @@ def test_redis_clock_when_now_is_omitted(harness: Harness) -> None:
 
 def test_pipelines_queue_and_decode(harness: Harness) -> None:
     key = f"{{p}}:{uuid.uuid4().hex}"
-    hits = [Hit(("p",), (Limit(2, 1, "leaky_bucket", 2),), 1)]
+    hits = [Hit(("p",), (Limit(2, 1, ALGORITHMS["leaky_bucket"], 2),), 1)]
     pipeline = harness.client.pipeline(transaction=False)
-    harness.run(harness.script.queue(pipeline, [key], hits, 5.0))
-    harness.run(harness.script.queue(pipeline, [key], hits, 5.0))
+    for _ in range(2):
+        pipeline.eval(SCRIPT_SOURCE, 1, key, *encode_args(hits, 5.0))
     first, second = harness.run(pipeline.execute())
     assert decode_result(first, hits) == [(Outcome(True, 1, 0.5),)]
     assert decode_result(second, hits) == [(Outcome(True, 0, 1.0, delay_s=0.5),)]
@@ -186,12 +194,12 @@ def test_pipelines_queue_and_decode(harness: Harness) -> None:
 
 def test_survives_a_script_cache_flush(harness: Harness) -> None:
     harness.run(harness.client.script_flush())
-    hits = [Hit(("s",), (Limit(1, 1, "fixed_window"),), 1)]
+    hits = [Hit(("s",), (Limit(1, 1, ALGORITHMS["fixed_window"]),), 1)]
     assert harness.run(harness.script([f"{{s}}:{uuid.uuid4().hex}"], hits, 1.0))[0][0].allowed
 
 
 def test_bad_calls_fail_before_writing(harness: Harness) -> None:
-    hits = [Hit(("b",), (Limit(1, 1, "fixed_window"),), 1)]
+    hits = [Hit(("b",), (Limit(1, 1, ALGORITHMS["fixed_window"]),), 1)]
     with pytest.raises(ValueError):
         harness.run(harness.script(["a", "b"], hits, 1.0))
     key = f"{{b}}:{uuid.uuid4().hex}"

@@ -54,10 +54,13 @@ def test_decisions_match_the_memory_backend(
 ) -> None:
     rng = random.Random(7)
     rules = [
-        (Limit(3, 60, "fixed_window"), Limit(5, 3600, "gcra", 2)),
-        (Limit(4, 10, "sliding_window_log"),),
-        (Limit(4, 10, "sliding_window_counter"), Limit(6, 60, "token_bucket", 6)),
-        (Limit(2, 5, "leaky_bucket", 3),),
+        (Limit(3, 60, ALGORITHMS["fixed_window"]), Limit(5, 3600, ALGORITHMS["gcra"], 2)),
+        (Limit(4, 10, ALGORITHMS["sliding_window_log"]),),
+        (
+            Limit(4, 10, ALGORITHMS["sliding_window_counter"]),
+            Limit(6, 60, ALGORITHMS["token_bucket"], 6),
+        ),
+        (Limit(2, 5, ALGORITHMS["leaky_bucket"], 3),),
     ]
     requests = []
     now = 1_700_000_000.25
@@ -84,7 +87,11 @@ def test_one_script_call_per_request(
     url: str, prefix: str, loop: asyncio.AbstractEventLoop
 ) -> None:
     nodes = data_nodes(url)
-    limits = (Limit(100, 60), Limit(1000, 3600, "gcra", 50), Limit(10, 1, "token_bucket", 10))
+    limits = (
+        Limit(100, 60, ALGORITHMS["fixed_window"]),
+        Limit(1000, 3600, ALGORITHMS["gcra"], 50),
+        Limit(10, 1, ALGORITHMS["token_bucket"], 10),
+    )
     # Three descriptors of one request; on Cluster they must share a slot to share a call.
     hits = [Hit(("d", "user", "u1"), limits, 1)] * 3
     b = backend(url, prefix)
@@ -105,7 +112,7 @@ def test_concurrent_requests_share_script_calls(
     url: str, prefix: str, loop: asyncio.AbstractEventLoop
 ) -> None:
     nodes = data_nodes(url)
-    limit = (Limit(50, 3600),)
+    limit = (Limit(50, 3600, ALGORITHMS["fixed_window"]),)
     b = backend(url, prefix)
 
     async def run() -> list[bool]:
@@ -129,7 +136,9 @@ def test_every_key_has_a_ttl_and_the_prefix(
 ) -> None:
     nodes = data_nodes(url)
     values = ["plain", "with:colon", "{brace}", "ünï", "x" * 300]
-    limits = tuple(Limit(5, period, algorithm, 5) for algorithm in ALGORITHMS for period in (7,))
+    limits = tuple(
+        Limit(5, period, ALGORITHMS[algorithm], 5) for algorithm in ALGORITHMS for period in (7,)
+    )
     b = backend(url, prefix)
 
     async def run() -> None:
@@ -153,7 +162,9 @@ def test_the_key_prefix_is_honoured(url: str, loop: asyncio.AbstractEventLoop) -
     nodes = data_nodes(url)
     prefix = f"custom-{uuid.uuid4().hex[:6]}/"
     b = backend(url, prefix)
-    loop.run_until_complete(b.apply([Hit(("d", "k"), (Limit(1, 60),), 1)], 0))
+    loop.run_until_complete(
+        b.apply([Hit(("d", "k"), (Limit(1, 60, ALGORITHMS["fixed_window"]),), 1)], 0)
+    )
     loop.run_until_complete(b.close())
     keys = [key for _, key in scan_keys(nodes, prefix + "*")]
     assert keys == [f"{prefix}{{d:k}}:fixed_window:60".encode()]

@@ -10,12 +10,12 @@ import uuid
 
 import pytest
 
-from sluice.algorithms import Limit
+from sluice.algorithms import ALGORITHMS, Limit
 from sluice.backends import Hit
+from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.breaker import CircuitBreaker
 from sluice.backends.redis.connect import connect
-from sluice.backends.redis.over_limit_cache import OverLimitCache
 from sluice.clock import SystemClock
 from sluice.errors import BackendUnavailableError
 from sluice.limiter import LimiterSettings, RateLimiter
@@ -109,11 +109,13 @@ def test_the_over_limit_cache_keeps_a_flood_off_redis(redis_server: str) -> None
         OverLimitCache(RedisBackend(connect(redis_server, timeout_s=2), key_prefix=prefix))
         for _ in range(2)
     ]
-    hit = Hit(("d", "user", "flood"), (Limit(50, 3600),), 1)
+    hit = Hit(("d", "user", "flood"), (Limit(50, 3600, ALGORITHMS["fixed_window"]),), 1)
     requests = 2000
 
     async def flood() -> int:
-        await instances[0].apply([Hit(("warm",), (Limit(1, 1),), 0)], time.time())
+        await instances[0].apply(
+            [Hit(("warm",), (Limit(1, 1, ALGORITHMS["fixed_window"]),), 0)], time.time()
+        )
         reset_stats(nodes)
         admitted = 0
         for n in range(requests):

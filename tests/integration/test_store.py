@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from sluice.errors import ConfigDatabaseError
+from sluice.errors import ConfigDatabaseError, StaleVersionError
 from sluice.policies import store as store_module
-from sluice.policies.store import PolicyStore, StaleVersionError, schema_head
+from sluice.policies.store import PolicyStore, schema_head
 
 DOC_A1 = "domain: a\ndescriptors: []\n"
 DOC_A2 = "domain: a\ndescriptors:\n  - key: k\n"

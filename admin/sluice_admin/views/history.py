@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from sluice.errors import StaleVersionError
 from sluice.policies.service import Version
-from sluice.policies.store import StaleVersionError
 from sluice_admin import session
 from sluice_admin.auth import User
 from sluice_admin.data import AdminData

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from sluice.algorithms import ALGORITHMS
-from sluice.errors import ConfigError
+from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
+from sluice.errors import ConfigError, StaleVersionError
 from sluice.model import DomainPolicy, Rule, Unit
-from sluice.policies.store import StaleVersionError
 from sluice_admin import pending, session
 from sluice_admin.auth import User
 from sluice_admin.data import AdminData, NotAllowedError
@@ -122,7 +121,7 @@ def _summary(rule: Rule) -> str:
     elif rule.limits:
         parts = []
         for limit in rule.limits:
-            extra = [] if limit.algorithm == "fixed_window" else [limit.algorithm]
+            extra = [] if limit.algorithm == DEFAULT_ALGORITHM.name else [limit.algorithm]
             if limit.burst is not None:
                 extra.append(f"burst {limit.burst}")
             more = f" ({', '.join(extra)})" if extra else ""
@@ -204,7 +203,7 @@ def _limit_fields(suffix: str) -> None:
     a, b, c, e = st.columns(4)
     a.number_input("Requests per unit", min_value=0, step=1, key=f"rf_rpu{suffix}")
     b.selectbox("Unit", UNITS, key=f"rf_unit{suffix}")
-    c.selectbox("Algorithm", ALGORITHMS, key=f"rf_alg{suffix}")
+    c.selectbox("Algorithm", list(ALGORITHMS), key=f"rf_alg{suffix}")
     e.number_input(
         "Burst",
         min_value=0,

@@ -76,10 +76,11 @@ def _proposal(limit, index: int) -> Limit:  # noqa: ANN001 (RateLimit | None)
         index=UNITS.index(limit.unit.name.lower()) if limit else UNITS.index("second"),
         key=f"whatif_unit_{index}",
     )
+    names = list(ALGORITHMS)
     algorithm = c.selectbox(
         "Algorithm",
-        ALGORITHMS,
-        index=ALGORITHMS.index(limit.algorithm) if limit else 0,
+        names,
+        index=names.index(limit.algorithm) if limit else 0,
         key=f"whatif_alg_{index}",
     )
     burst = d.number_input(
@@ -93,7 +94,10 @@ def _proposal(limit, index: int) -> Limit:  # noqa: ANN001 (RateLimit | None)
     if not limit:
         st.caption("The rule has no limit now: the proposal is compared with admitting all.")
     return Limit(
-        int(rpu), Unit[unit.upper()].seconds, algorithm, int(burst if burst is not None else rpu)
+        int(rpu),
+        Unit[unit.upper()].seconds,
+        ALGORITHMS[algorithm],
+        int(burst if burst is not None else rpu),
     )
 
 

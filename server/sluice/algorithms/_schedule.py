@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit
 from sluice.algorithms._exact import largest, settle
+from sluice.algorithms.base import Limit
 
 __all__ = ["Scheduled", "schedule"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, Outcome
+from sluice.algorithms.base import Algorithm, Limit, Outcome
 
-__all__ = ["WindowState", "expires_at", "step"]
+__all__ = ["ALGORITHM", "WindowState", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +38,8 @@ def step(
 
 def expires_at(state: WindowState, limit: Limit) -> float:
     return state.window_start_s + limit.period_s
+
+
+ALGORITHM = Algorithm(
+    "fixed_window", step, expires_at, counts_refused=True, whole_second_resets=True
+)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, Outcome
 from sluice.algorithms._schedule import schedule
+from sluice.algorithms.base import Algorithm, Limit, Outcome
 
-__all__ = ["GcraState", "expires_at", "step"]
+__all__ = ["ALGORITHM", "GcraState", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +28,6 @@ def step(state: GcraState | None, limit: Limit, now: float, cost: int) -> tuple[
 
 def expires_at(state: GcraState, limit: Limit) -> float:
     return state.tat
+
+
+ALGORITHM = Algorithm("gcra", step, expires_at, takes_burst=True)

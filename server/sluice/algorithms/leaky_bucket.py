@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, Outcome
 from sluice.algorithms._schedule import schedule
+from sluice.algorithms.base import Algorithm, Limit, Outcome
 
-__all__ = ["QueueState", "expires_at", "step"]
+__all__ = ["ALGORITHM", "QueueState", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +32,6 @@ def step(
 
 def expires_at(state: QueueState, limit: Limit) -> float:
     return state.free_at
+
+
+ALGORITHM = Algorithm("leaky_bucket", step, expires_at, takes_burst=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, Outcome
 from sluice.algorithms._exact import largest, settle
+from sluice.algorithms.base import Algorithm, Limit, Outcome
 
-__all__ = ["CounterState", "estimate", "expires_at", "step"]
+__all__ = ["ALGORITHM", "CounterState", "estimate", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +105,6 @@ def expires_at(state: CounterState, limit: Limit) -> float:
     if state.previous > 0:
         return state.window_start + limit.period_s
     return state.window_start
+
+
+ALGORITHM = Algorithm("sliding_window_counter", step, expires_at)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, Outcome
 from sluice.algorithms._exact import settle
+from sluice.algorithms.base import Algorithm, Limit, Outcome
 
-__all__ = ["LogState", "expires_at", "step"]
+__all__ = ["ALGORITHM", "LogState", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +75,6 @@ def _until(state: LogState | None, limit: Limit, t: float) -> float:
 
 def expires_at(state: LogState, limit: Limit) -> float:
     return state.entries[-1][0] + limit.period_s if state.entries else 0.0
+
+
+ALGORITHM = Algorithm("sliding_window_log", step, expires_at, stores_each_request=True)

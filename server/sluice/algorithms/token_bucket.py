@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit, Outcome
 from sluice.algorithms._exact import settle
+from sluice.algorithms.base import Algorithm, Limit, Outcome
 
-__all__ = ["BucketState", "expires_at", "step"]
+__all__ = ["ALGORITHM", "BucketState", "expires_at", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +57,6 @@ def expires_at(state: BucketState, limit: Limit) -> float:
     u = state.updated_at
     wait = (limit.burst - state.tokens) * limit.period_s / limit.requests_per_unit
     return u + settle(u, wait, lambda x: _fill(state, limit, x)[0] >= limit.burst)
+
+
+ALGORITHM = Algorithm("token_bucket", step, expires_at, takes_burst=True)

@@ -33,4 +33,9 @@ class Backend(Protocol):
         """
         ...
 
+    def metric_values(self) -> dict[str, float]:
+        """Counters and gauges for ``/metrics`` (names as in ``sluice.metrics``), read when
+        scraped."""
+        ...
+
     async def close(self) -> None: ...

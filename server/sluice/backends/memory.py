@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from sluice.algorithms import Outcome
-from sluice.algorithms.registry import MODULES
 from sluice.backends import Hit
 
 __all__ = ["MemoryBackend"]
@@ -44,6 +43,12 @@ class MemoryBackend:
         self._expire(now)
         return [self._apply_one(hit, now) for hit in hits]
 
+    def metric_values(self) -> dict[str, float]:
+        return {
+            "memory_backend_keys": len(self._states),
+            "memory_backend_evictions": self.evictions,
+        }
+
     async def close(self) -> None:
         self._states.clear()
         self._due.clear()
@@ -52,18 +57,18 @@ class MemoryBackend:
 
     def _apply_one(self, hit: Hit, now: float) -> tuple[Outcome, ...]:
         states = self._states
-        keys = [(*hit.counter_key, limit.algorithm, limit.period_s) for limit in hit.limits]
+        keys = [(*hit.counter_key, limit.algorithm.name, limit.period_s) for limit in hit.limits]
         stepped = []
         for key, limit in zip(keys, hit.limits, strict=True):
             entry = states.get(key)
             old = entry[0] if entry is not None else None
-            new, outcome = MODULES[limit.algorithm].step(old, limit, now, hit.cost)
+            new, outcome = limit.algorithm.step(old, limit, now, hit.cost)
             stepped.append((key, limit, entry, old, new, outcome))
         admitted = all(outcome.allowed for *_, outcome in stepped)
         for key, limit, entry, old, new, _ in stepped:
-            # A refused hit changes nothing, except that fixed windows count every hit.
-            if new is not old and (admitted or limit.algorithm == "fixed_window"):
-                self._store(key, entry, new, MODULES[limit.algorithm].expires_at(new, limit))
+            # A refused hit changes nothing, except where refused hits count (fixed windows).
+            if new is not old and (admitted or limit.algorithm.counts_refused):
+                self._store(key, entry, new, limit.algorithm.expires_at(new, limit))
             elif entry is not None:
                 states.move_to_end(key)
         # Only now, with every key of this hit the most recently used: evicting while storing

@@ -20,7 +20,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from sluice.errors import BackendUnavailableError, InvalidRequestError
+from sluice.errors import InvalidRequestError, SluiceError, status_of
 from sluice.grpc.convert import decision_to_proto, request_from_proto
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
@@ -90,13 +90,17 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
                 raise InvalidRequestError(request.reason)
             decision = await self._limiter.should_rate_limit(request_from_proto(request))
             code = decision.overall_code.name
-        except InvalidRequestError as exc:
-            code = "invalid"
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except BackendUnavailableError as exc:
-            # The failure mode is "error": let the caller's own policy (Envoy's
-            # failure_mode_deny) decide, rather than guessing for it.
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except SluiceError as exc:
+            # Bad input, or (failure mode "error") unreachable state: the status says which,
+            # and the caller's own policy (Envoy's failure_mode_deny) decides the rest.
+            status = status_of(exc)
+            if status is None:
+                log.exception("ShouldRateLimit failed for domain %r", request.domain)
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error deciding the request")
+            assert status is not None
+            if isinstance(exc, InvalidRequestError):
+                code = "invalid"
+            await context.abort(grpc.StatusCode[status.grpc], str(exc))
         except Exception:
             # Envoy fails open on any RLS error; log it loudly so it is not silent here too.
             log.exception("ShouldRateLimit failed for domain %r", request.domain)

@@ -15,29 +15,13 @@ from typing import Any
 
 from aiohttp import web
 
-from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
-from sluice.policies.service import (
-    DomainNotFoundError,
-    DomainView,
-    PolicyService,
-    Version,
-    VersionNotFoundError,
-)
-from sluice.policies.store import StaleVersionError
+from sluice.errors import ConfigError, SluiceError, status_of
+from sluice.policies.service import DomainView, PolicyService, Version
 from sluice.policies.yaml_format import rule_document
 
 __all__ = ["add_api_routes"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-# One table from domain errors to HTTP statuses; anything else is a 500 (a bug).
-_STATUS: tuple[tuple[type[SluiceError], int], ...] = (
-    (ConfigError, 400),
-    (DomainNotFoundError, 404),
-    (VersionNotFoundError, 404),
-    (StaleVersionError, 409),
-    (ConfigDatabaseError, 503),
-)
 
 
 def add_api_routes(app: web.Application, service: PolicyService, token: str) -> None:
@@ -72,10 +56,10 @@ def _guard(token: str) -> Callable[[Handler], Handler]:
             try:
                 return await handler(request)
             except SluiceError as exc:
-                for kind, status in _STATUS:
-                    if isinstance(exc, kind):
-                        return _json(_error_body(exc), status)
-                raise
+                status = status_of(exc)
+                if status is None:
+                    raise  # a bug: aiohttp answers 500 and logs it
+                return _json(_error_body(exc), status.http)
 
         return guarded
 

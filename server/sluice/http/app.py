@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sluice.errors import BackendUnavailableError, InvalidRequestError
+from sluice.errors import SluiceError, status_of
 from sluice.grpc.convert import decision_to_json, request_from_json
 from sluice.http.api import add_api_routes
 from sluice.limiter import RateLimiter
@@ -62,10 +62,11 @@ def make_app(
             return _error(400, "body: the connection closed before the whole body arrived")
         try:
             decision = await limiter.should_rate_limit(request_from_json(body))
-        except InvalidRequestError as exc:
-            return _error(400, str(exc))
-        except BackendUnavailableError as exc:
-            return _error(503, str(exc))
+        except SluiceError as exc:
+            status = status_of(exc)
+            if status is None:
+                raise  # a bug: aiohttp answers 500 and logs it
+            return _error(status.http, str(exc))
         text = decision_to_json(decision)
         code = 429 if decision.overall_code is Code.OVER_LIMIT else 200
         return web.Response(status=code, text=text, content_type="application/json")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError, DomainNotFoundError, VersionNotFoundError
 from sluice.model import DomainPolicy, Rule
 from sluice.policies.store import PolicyStore, StoredPolicy
 from sluice.policies.yaml_format import (
@@ -23,15 +23,7 @@ from sluice.policies.yaml_format import (
     rule_document,
 )
 
-__all__ = ["DomainNotFoundError", "DomainView", "PolicyService", "VersionNotFoundError", "Version"]
-
-
-class DomainNotFoundError(SluiceError):
-    """No policy for that domain (never published, or deleted)."""
-
-
-class VersionNotFoundError(SluiceError):
-    """The domain has no such version."""
+__all__ = ["DomainView", "PolicyService", "Version"]
 
 
 @dataclass(frozen=True)

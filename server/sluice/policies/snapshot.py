@@ -10,40 +10,49 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.algorithms import Limit
-from sluice.model import DomainPolicy, RateLimit, Rule
+from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Limit
+from sluice.model import DomainPolicy, LimitOverride, RateLimit, Rule
 from sluice.policies.glob import Glob
 
-__all__ = ["Match", "Snapshot"]
+__all__ = ["Match", "Snapshot", "compile_limit"]
 
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """The rule that applies to a descriptor and the identity of the counter it uses."""
+    """What applies to one request descriptor: the counter it uses and the compiled limits.
 
-    rule: Rule
+    ``limits`` is empty when the rule is ``unlimited``. ``name`` is the rule's limit name, the
+    one other rules' ``replaces`` refer to.
+    """
+
+    # The rule's place in its domain, e.g. "messaging.message_type_marketing.to_number".
+    rule_id: str
     # (domain, key1, value1, key2, value2, ...); a share_threshold wildcard puts its pattern in
     # place of the concrete value, so every value it matches shares one counter.
     counter_key: tuple[str, ...]
-    limits: tuple[Limit, ...]  # the rule's limits as the algorithms take them
-    rule_id: (
-        str  # the rule's place in its domain, e.g. "messaging.message_type_marketing.to_number"
+    limits: tuple[Limit, ...]
+    unlimited: bool = False
+    shadow_mode: bool = False
+    name: str = ""
+    replaces: tuple[str, ...] = ()
+
+
+def compile_limit(rate_limit: RateLimit) -> Limit:
+    """The limit as the request path uses it: the algorithm resolved, ``burst`` defaulted."""
+    burst = rate_limit.burst if rate_limit.burst is not None else rate_limit.requests_per_unit
+    algorithm = ALGORITHMS[rate_limit.algorithm]
+    return Limit(
+        rate_limit.requests_per_unit, rate_limit.unit.seconds, algorithm, burst, rate_limit
     )
 
 
-def algorithm_limit(limit: RateLimit) -> Limit:
-    burst = limit.burst if limit.burst is not None else limit.requests_per_unit
-    return Limit(limit.requests_per_unit, limit.unit.seconds, limit.algorithm, burst)
-
-
 class _Node:
-    __slots__ = ("rule", "rule_id", "limits", "exact", "wildcards", "key_only")
+    __slots__ = ("rule", "match", "exact", "wildcards", "key_only")
 
     def __init__(self, rule: Rule | None, children: Iterable[Rule], rule_id: str) -> None:
         self.rule = rule
-        self.rule_id = rule_id
-        # Built once here so the request path never constructs them.
-        self.limits = tuple(algorithm_limit(x) for x in rule.limits) if rule is not None else ()
+        # Built once here: the request path only adds the counter key.
+        self.match = _match(rule, rule_id) if rule is not None else None
         self.exact: dict[tuple[str, str], _Node] = {}
         self.wildcards: dict[str, list[tuple[Glob, _Node]]] = {}
         self.key_only: dict[str, _Node] = {}
@@ -98,12 +107,32 @@ class Snapshot:
             shared = rule.share_threshold and rule.value is not None
             counter_key += (key, rule.value if shared else value)
             if i == last:
-                if not rule.applies_limit:
+                match = node.match
+                if match is None or not rule.applies_limit:
                     return None  # a node with neither limit nor matching depth whitelists
-                return Match(rule, tuple(counter_key), node.limits, node.rule_id)
+                return _with_counter_key(match, tuple(counter_key))
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None
+
+    def override(
+        self, domain: str, entries: tuple[tuple[str, str], ...], limit: LimitOverride
+    ) -> Match | None:
+        """A client's own ``limit`` for these entries, counted like a key-only rule's: one
+        counter per concrete value. None for an unknown domain, as envoyproxy/ratelimit
+        ignores overrides there."""
+        if domain not in self._domains:
+            return None
+        rate_limit = RateLimit(limit.requests_per_unit, limit.unit)
+        compiled = Limit(
+            limit.requests_per_unit,
+            limit.unit.seconds,
+            DEFAULT_ALGORITHM,
+            limit.requests_per_unit,
+            rate_limit,
+        )
+        counter_key = (domain, *(part for entry in entries for part in entry))
+        return Match(f"{domain}.(override)", counter_key, (compiled,))
 
     def dump(self) -> str:
         """Every rule that applies a limit, one per line, like envoyproxy/ratelimit's /rlconfig."""
@@ -111,6 +140,30 @@ class Snapshot:
         for policy in self.policies:
             lines.extend(_dump_rules(policy.domain, policy.descriptors))
         return "\n".join(lines) + "\n"
+
+
+def _match(rule: Rule, rule_id: str) -> Match:
+    return Match(
+        rule_id,
+        (),
+        tuple(compile_limit(x) for x in rule.limits),
+        unlimited=rule.unlimited,
+        shadow_mode=rule.shadow_mode,
+        name=rule.limits[0].name if rule.limits else "",
+        replaces=rule.replaces,
+    )
+
+
+def _with_counter_key(match: Match, counter_key: tuple[str, ...]) -> Match:
+    return Match(
+        match.rule_id,
+        counter_key,
+        match.limits,
+        match.unlimited,
+        match.shadow_mode,
+        match.name,
+        match.replaces,
+    )
 
 
 def _dump_rules(parent: str, rules: Iterable[Rule]) -> Iterable[str]:

@@ -30,11 +30,11 @@ from sqlalchemy import Connection, Engine, Row, create_engine, event, func, inse
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
-from sluice.errors import ConfigDatabaseError, SluiceError
+from sluice.errors import ConfigDatabaseError, SluiceError, StaleVersionError
 from sluice.policies.tables import policy_versions
 from sluice.redaction import redact_url
 
-__all__ = ["PolicyStore", "StaleVersionError", "StoredPolicy", "schema_head"]
+__all__ = ["PolicyStore", "StoredPolicy", "schema_head"]
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -72,23 +72,6 @@ class StoredPolicy:
     created_at: datetime
     deleted: bool = False
     restored_from: int | None = None  # a rollback: the version whose document it restores
-
-
-class StaleVersionError(SluiceError):
-    """A publish was based on a version of a domain that is no longer its latest."""
-
-    def __init__(self, domain: str, expected: int, actual: int) -> None:
-        # All fields go to args so the exception survives pickling (multiprocessing, logging).
-        super().__init__(domain, expected, actual)
-        self.domain = domain
-        self.expected = expected
-        self.actual = actual
-
-    def __str__(self) -> str:
-        return (
-            f"domain {self.domain!r} is at version {self.actual}, not the expected "
-            f"{self.expected}; reload it and try again"
-        )
 
 
 def schema_head() -> str:

@@ -17,7 +17,7 @@ import yaml
 from yaml.events import AliasEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from sluice.algorithms import ALGORITHMS
+from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.errors import ConfigError
 from sluice.model import DomainPolicy, RateLimit, Rule, Unit
 from sluice.policies.glob import MAX_WILDCARDS
@@ -36,7 +36,6 @@ __all__ = [
 
 # sliding_window_log keeps one entry per admitted request; this caps its memory per key.
 DEFAULT_MAX_LOG_LIMIT = 10_000
-_BURST_ALGORITHMS = ("token_bucket", "leaky_bucket", "gcra")
 
 _ROOT_KEYS = ("domain", "descriptors")
 _RULE_KEYS = (
@@ -359,7 +358,7 @@ class _Loader:
         if unit is None:
             self.error(fields.get("unit", node), f"invalid rate limit unit '{unit_text or ''}'")
         requests = self.requests_per_unit(fields.get("requests_per_unit"), required=True, at=node)
-        algorithm = self.string(fields.get("algorithm"), "algorithm") or "fixed_window"
+        algorithm = self.string(fields.get("algorithm"), "algorithm") or DEFAULT_ALGORITHM.name
         if algorithm not in ALGORITHMS:
             self.error(
                 fields["algorithm"],
@@ -367,10 +366,10 @@ class _Loader:
             )
             return None
         burst = self.burst(fields.get("burst"), algorithm)
-        if algorithm == "sliding_window_log" and requests > self.max_log_limit:
+        if ALGORITHMS[algorithm].stores_each_request and requests > self.max_log_limit:
             self.error(
                 fields["requests_per_unit"],
-                f"sliding_window_log keeps one entry per request, so its requests_per_unit is "
+                f"{algorithm} keeps one entry per request, so its requests_per_unit is "
                 f"capped at {self.max_log_limit}; use sliding_window_counter for larger limits",
             )
             return None
@@ -381,10 +380,12 @@ class _Loader:
     def burst(self, node: Node | None, algorithm: str) -> int | None:
         if node is None or _is_null(node):
             return None
-        if algorithm not in _BURST_ALGORITHMS:
+        if not ALGORITHMS[algorithm].takes_burst:
+            takers = [name for name, a in ALGORITHMS.items() if a.takes_burst]
             self.error(
                 node,
-                f"'burst' applies only to token_bucket, leaky_bucket and gcra, not {algorithm}",
+                f"'burst' applies only to {', '.join(takers[:-1])} and {takers[-1]}, "
+                f"not {algorithm}",
             )
             return None
         value = _scalar(node)
@@ -586,7 +587,7 @@ def _limit_document(limit: RateLimit) -> dict[str, Any]:
         "unit": limit.unit.name.lower(),
         "requests_per_unit": limit.requests_per_unit,
     }
-    if limit.algorithm != "fixed_window":
+    if limit.algorithm != DEFAULT_ALGORITHM.name:
         doc["algorithm"] = limit.algorithm
     if limit.burst is not None:
         doc["burst"] = limit.burst

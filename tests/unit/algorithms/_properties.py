@@ -9,7 +9,7 @@ from types import ModuleType
 
 from hypothesis import strategies as st
 
-from sluice.algorithms import Limit
+from sluice.algorithms import ALGORITHMS, Limit
 
 BUCKETS = ("token_bucket", "leaky_bucket", "gcra")
 
@@ -29,11 +29,11 @@ def limits(draw: st.DrawFn, algorithm: str) -> Limit:
     rate = draw(st.one_of(st.integers(0, 6), st.sampled_from([7, 50, 1000])))
     period = draw(st.sampled_from([1, 2, 3, 7, 60, 3600]))
     burst = draw(st.integers(0, 6)) if algorithm in BUCKETS else 0
-    return Limit(rate, period, algorithm, burst)
+    return Limit(rate, period, ALGORITHMS[algorithm], burst)
 
 
 def capacity(limit: Limit) -> int:
-    return limit.burst if limit.algorithm in BUCKETS else limit.requests_per_unit
+    return limit.burst if limit.algorithm.name in BUCKETS else limit.requests_per_unit
 
 
 def sequences(max_cost: int = 8) -> st.SearchStrategy[list[tuple[float, int]]]:
@@ -62,7 +62,7 @@ def check_sequence(
         if outcome.allowed and cost > 0:
             assert outcome.reset_s == module.expires_at(new, limit) - t
         if outcome.delay_s:
-            assert limit.algorithm == "leaky_bucket" and 0 < outcome.delay_s <= outcome.reset_s
+            assert limit.algorithm.name == "leaky_bucket" and 0 < outcome.delay_s <= outcome.reset_s
         _check_remaining(module, limit, new if outcome.allowed else state, t, outcome.remaining)
         if fits and not outcome.allowed:
             _check_reset(module, limit, state, t, cost, outcome.reset_s)

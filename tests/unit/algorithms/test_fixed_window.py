@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from sluice.algorithms import Limit, Outcome
+from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.algorithms.fixed_window import WindowState, expires_at, step
 
-TWO_PER_MINUTE = Limit(2, 60)
+TWO_PER_MINUTE = Limit(2, 60, ALGORITHMS["fixed_window"])
 
 
 def test_windows_are_epoch_aligned_and_refused_hits_count() -> None:
@@ -20,13 +20,20 @@ def test_windows_are_epoch_aligned_and_refused_hits_count() -> None:
 
 
 def test_cost_zero_checks_without_consuming() -> None:
-    state, _ = step(None, Limit(1, 1), 10.0, 1)
-    assert step(state, Limit(1, 1), 10.5, 0) == (WindowState(10, 1), Outcome(True, 0, 0.5))
+    state, _ = step(None, Limit(1, 1, ALGORITHMS["fixed_window"]), 10.0, 1)
+    assert step(state, Limit(1, 1, ALGORITHMS["fixed_window"]), 10.5, 0) == (
+        WindowState(10, 1),
+        Outcome(True, 0, 0.5),
+    )
 
 
 def test_a_cost_larger_than_the_limit_never_fits() -> None:
-    assert step(None, Limit(3, 1), 0.0, 4)[1] == Outcome(False, 0, 1, fits=False)
+    assert step(None, Limit(3, 1, ALGORITHMS["fixed_window"]), 0.0, 4)[1] == Outcome(
+        False, 0, 1, fits=False
+    )
 
 
 def test_limit_zero_refuses_everything() -> None:
-    assert step(None, Limit(0, 1), 0.0, 1)[1] == Outcome(False, 0, 1, fits=False)
+    assert step(None, Limit(0, 1, ALGORITHMS["fixed_window"]), 0.0, 1)[1] == Outcome(
+        False, 0, 1, fits=False
+    )

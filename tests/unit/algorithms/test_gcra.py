@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from sluice.algorithms import Limit, Outcome, gcra
+from sluice.algorithms import ALGORITHMS, Limit, Outcome, gcra
 from sluice.algorithms.gcra import GcraState, expires_at, step
 from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
 
-THREE_PER_MINUTE = Limit(3, 60, "gcra", burst=3)  # T = 20 s, tau = 60 s
+THREE_PER_MINUTE = Limit(3, 60, ALGORITHMS["gcra"], burst=3)  # T = 20 s, tau = 60 s
 
 
 def test_three_per_minute_burst_then_one_every_twenty_seconds() -> None:
@@ -34,7 +34,7 @@ def test_costs_above_one() -> None:
 
 
 def test_remaining_counts_the_hits_that_really_pass() -> None:
-    limit = Limit(10, 3, "gcra", burst=7)  # T = 0.3: not a binary fraction
+    limit = Limit(10, 3, ALGORITHMS["gcra"], burst=7)  # T = 0.3: not a binary fraction
     state, outcome = step(None, limit, 1_700_000_000.1, 1)
     admitted = 0
     while step(state, limit, 1_700_000_000.1, 1)[1].allowed:
@@ -55,7 +55,7 @@ def test_a_cost_above_the_burst_never_fits() -> None:
 
 def test_limit_zero_admits_nothing() -> None:
     for cost in (0, 1):
-        assert step(None, Limit(0, 60, "gcra", 3), 0.0, cost)[1] == Outcome(
+        assert step(None, Limit(0, 60, ALGORITHMS["gcra"], 3), 0.0, cost)[1] == Outcome(
             False, 0, 0.0, fits=False
         )
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from sluice.algorithms import Limit, Outcome, leaky_bucket
+from sluice.algorithms import ALGORITHMS, Limit, Outcome, leaky_bucket
 from sluice.algorithms.leaky_bucket import QueueState, expires_at, step
 from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
 
-ONE_PER_SECOND_QUEUE_3 = Limit(1, 1, "leaky_bucket", burst=3)
+ONE_PER_SECOND_QUEUE_3 = Limit(1, 1, ALGORITHMS["leaky_bucket"], burst=3)
 
 
 def test_queued_hits_wait_their_turn() -> None:
@@ -30,7 +30,7 @@ def test_a_drained_queue_admits_without_delay() -> None:
 
 
 def test_costs_above_one_take_several_slots() -> None:
-    limit = Limit(2, 1, "leaky_bucket", burst=4)  # T = 0.5
+    limit = Limit(2, 1, ALGORITHMS["leaky_bucket"], burst=4)  # T = 0.5
     state, _ = step(None, limit, 0.0, 1)
     state, outcome = step(state, limit, 0.0, 2)
     assert (state, outcome) == (QueueState(1.5), Outcome(True, 1, 1.5, delay_s=0.5))
@@ -49,7 +49,7 @@ def test_a_cost_above_the_bucket_never_fits() -> None:
 
 def test_limit_zero_admits_nothing() -> None:
     for cost in (0, 1):
-        outcome = step(None, Limit(0, 1, "leaky_bucket", 3), 0.0, cost)[1]
+        outcome = step(None, Limit(0, 1, ALGORITHMS["leaky_bucket"], 3), 0.0, cost)[1]
         assert outcome == Outcome(False, 0, 0.0, fits=False)
 
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from sluice.algorithms import Limit, Outcome, sliding_window_counter
+from sluice.algorithms import ALGORITHMS, Limit, Outcome, sliding_window_counter
 from sluice.algorithms.sliding_window_counter import CounterState, estimate, expires_at, step
 from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
 
-FIFTY_PER_MINUTE = Limit(50, 60, "sliding_window_counter")
+FIFTY_PER_MINUTE = Limit(50, 60, ALGORITHMS["sliding_window_counter"])
 
 
 def test_worked_example_42_previous_18_current_15_s_in() -> None:
@@ -35,12 +35,12 @@ def test_the_previous_window_counts_until_the_current_one_ends() -> None:
 
 
 def test_reset_may_reach_into_the_next_window() -> None:
-    state, _ = step(None, Limit(4, 10, "sliding_window_counter"), 5.0, 4)
+    state, _ = step(None, Limit(4, 10, ALGORITHMS["sliding_window_counter"]), 5.0, 4)
     # Full now; in the next window the 4 decay: 4 * (10 - e) / 10 + 2 <= 4 from e = 5.
-    outcome = step(state, Limit(4, 10, "sliding_window_counter"), 6.0, 2)[1]
+    outcome = step(state, Limit(4, 10, ALGORITHMS["sliding_window_counter"]), 6.0, 2)[1]
     assert outcome == Outcome(False, 0, 9.0)
     # Cost == limit: only once both windows are empty.
-    outcome = step(state, Limit(4, 10, "sliding_window_counter"), 6.0, 4)[1]
+    outcome = step(state, Limit(4, 10, ALGORITHMS["sliding_window_counter"]), 6.0, 4)[1]
     assert outcome == Outcome(False, 0, 14.0)
 
 
@@ -61,7 +61,7 @@ def test_a_cost_above_the_limit_never_fits() -> None:
 
 def test_limit_zero_admits_nothing() -> None:
     for cost in (0, 1):
-        outcome = step(None, Limit(0, 60, "sliding_window_counter"), 0.0, cost)[1]
+        outcome = step(None, Limit(0, 60, ALGORITHMS["sliding_window_counter"]), 0.0, cost)[1]
         assert outcome == Outcome(False, 0, 0.0, fits=False)
 
 

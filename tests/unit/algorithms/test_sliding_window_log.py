@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from sluice.algorithms import Limit, Outcome, sliding_window_log
+from sluice.algorithms import ALGORITHMS, Limit, Outcome, sliding_window_log
 from sluice.algorithms.sliding_window_log import LogState, expires_at, step
 from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
 
-THREE_PER_TEN_S = Limit(3, 10, "sliding_window_log")
+THREE_PER_TEN_S = Limit(3, 10, ALGORITHMS["sliding_window_log"])
 
 
 def test_admits_by_the_costs_in_the_last_period() -> None:
@@ -41,7 +41,7 @@ def test_a_cost_above_the_limit_never_fits() -> None:
 
 def test_limit_zero_admits_nothing() -> None:
     for cost in (0, 1):
-        outcome = step(None, Limit(0, 10, "sliding_window_log"), 0.0, cost)[1]
+        outcome = step(None, Limit(0, 10, ALGORITHMS["sliding_window_log"]), 0.0, cost)[1]
         assert outcome == Outcome(False, 0, 0.0, fits=False)
 
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from sluice.algorithms import Limit, Outcome, token_bucket
+from sluice.algorithms import ALGORITHMS, Limit, Outcome, token_bucket
 from sluice.algorithms.token_bucket import BucketState, expires_at, step
 from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
 
-HALF_PER_SECOND = Limit(1, 2, "token_bucket", burst=4)  # 0.5 tokens/s, capacity 4
+HALF_PER_SECOND = Limit(1, 2, ALGORITHMS["token_bucket"], burst=4)  # 0.5 tokens/s, capacity 4
 
 
 def test_a_new_key_starts_full_and_refills_fractionally() -> None:
@@ -24,7 +24,7 @@ def test_a_new_key_starts_full_and_refills_fractionally() -> None:
 
 
 def test_slow_rates_do_not_starve_under_constant_probing() -> None:
-    limit = Limit(1, 10, "token_bucket", burst=1)
+    limit = Limit(1, 10, ALGORITHMS["token_bucket"], burst=1)
     state, _ = step(None, limit, 0.0, 1)
     for t in (3.0, 6.0, 9.0, 9.999):
         assert not step(state, limit, t, 1)[1].allowed
@@ -32,7 +32,7 @@ def test_slow_rates_do_not_starve_under_constant_probing() -> None:
 
 
 def test_remaining_is_whole_tokens() -> None:
-    limit = Limit(3, 1, "token_bucket", burst=10)
+    limit = Limit(3, 1, ALGORITHMS["token_bucket"], burst=10)
     state, _ = step(None, limit, 0.0, 10)
     state, outcome = step(state, limit, 0.9, 1)  # 2.7 tokens, 1.7 left
     assert outcome.remaining == 1
@@ -57,7 +57,7 @@ def test_a_cost_above_the_burst_never_fits() -> None:
 
 def test_limit_zero_admits_nothing() -> None:
     for cost in (0, 1):
-        outcome = step(None, Limit(0, 1, "token_bucket", 3), 0.0, cost)[1]
+        outcome = step(None, Limit(0, 1, ALGORITHMS["token_bucket"], 3), 0.0, cost)[1]
         assert outcome == Outcome(False, 0, 0.0, fits=False)
 
 

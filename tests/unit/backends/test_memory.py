@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sluice.algorithms import Limit
+from sluice.algorithms import ALGORITHMS, Limit
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 
@@ -16,7 +16,7 @@ def apply(backend: MemoryBackend, hits: list[Hit], now: float) -> list[tuple[boo
 
 
 def hit(key: tuple[str, ...], limit: int, window_s: int, cost: int) -> Hit:
-    return Hit(key, (Limit(limit, window_s),), cost)
+    return Hit(key, (Limit(limit, window_s, ALGORITHMS["fixed_window"]),), cost)
 
 
 def test_hits_of_one_request_apply_in_order_to_shared_counters() -> None:
@@ -67,7 +67,10 @@ def test_max_keys_must_be_positive() -> None:
 
 def test_fixed_windows_count_a_hit_another_limit_refused() -> None:
     backend = MemoryBackend()
-    per_minute, per_second = Limit(10, 60), Limit(1, 1)
+    per_minute, per_second = (
+        Limit(10, 60, ALGORITHMS["fixed_window"]),
+        Limit(1, 1, ALGORITHMS["fixed_window"]),
+    )
     both = Hit(("k",), (per_minute, per_second), 1)
     [(m1, s1)] = asyncio.run(backend.apply([both], 0.0))
     [(m2, s2)] = asyncio.run(backend.apply([both], 0.5))
@@ -82,7 +85,10 @@ def test_a_full_backend_never_evicts_a_key_of_the_hit_it_is_applying() -> None:
     # evicted the least recently used key, the hit's own sliding log, which it then touched:
     # KeyError, an INTERNAL error for the caller.
     backend = MemoryBackend(max_keys=2)
-    limits = (Limit(1, 60), Limit(5, 3600, "sliding_window_log", 5))
+    limits = (
+        Limit(1, 60, ALGORITHMS["fixed_window"]),
+        Limit(5, 3600, ALGORITHMS["sliding_window_log"], 5),
+    )
     x = Hit(("x",), limits, 1)
     asyncio.run(backend.apply([x], 0.0))  # x's two keys: the backend is full
     asyncio.run(backend.apply([hit(("y",), 5, 60, 1)], 1.0))  # y evicts x's fixed window

@@ -59,7 +59,7 @@ SNAPSHOT = Snapshot(load_text(POLICY, "matrix.yaml"))
 
 def limit_of(*entries: tuple[str, str], domain: str = "d") -> int | None:
     match = SNAPSHOT.lookup(domain, tuple(entries))
-    return None if match is None else match.rule.limits[0].requests_per_unit
+    return None if match is None else match.limits[0].requests_per_unit
 
 
 @pytest.mark.parametrize(

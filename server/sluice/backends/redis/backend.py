@@ -150,6 +150,15 @@ class RedisBackend:
         breakers = (self.breaker, *self._node_breakers.values())
         return any(b.state != CLOSED for b in breakers)
 
+    def metric_values(self) -> dict[str, float]:
+        return {
+            "redis_round_trips": self.round_trips,
+            "redis_script_calls": self.script_calls,
+            "redis_fast_failures": self.fast_failures,
+            "redis_late_answers": self.late_answers,
+            "redis_circuit_open": float(self.circuit_open),
+        }
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()

@@ -67,4 +67,4 @@ class KeyNamer:
     def keys(self, counter_key: tuple[str, ...], limits: tuple[Limit, ...]) -> list[str]:
         """The state key of each limit; the memory backend names state by the same parts."""
         base = self.base(counter_key)
-        return [f"{base}{limit.algorithm}:{limit.period_s}" for limit in limits]
+        return [f"{base}{limit.algorithm.name}:{limit.period_s}" for limit in limits]

@@ -47,7 +47,7 @@ def encode_args(hits: Sequence[Hit], now: float | None) -> list[str]:
         args += [str(int(hit.cost)), str(len(hit.limits))]
         for limit in hit.limits:
             args += [
-                limit.algorithm,
+                limit.algorithm.name,
                 str(int(limit.requests_per_unit)),
                 str(int(limit.period_s)),
                 str(int(limit.burst)),
@@ -86,32 +86,10 @@ class ApplyScript:
         self._script = client.register_script(SCRIPT_SOURCE)
 
     async def __call__(
-        self,
-        keys: Sequence[str],
-        hits: Sequence[Hit],
-        now: float | None = None,
-        client: Any = None,
+        self, keys: Sequence[str], hits: Sequence[Hit], now: float | None = None
     ) -> list[tuple[Outcome, ...]]:
-        """Apply ``hits`` atomically; ``client`` overrides the registering client.
-
-        A pipeline's replies only exist after ``execute()``: queue with ``queue`` instead.
-        """
-        from redis.asyncio.client import Pipeline
-
-        if isinstance(client, Pipeline):
-            raise TypeError("ApplyScript: use queue() with a pipeline, then decode_result()")
-        self._check_keys(keys, hits)
-        raw = await self._script(keys=list(keys), args=encode_args(hits, now), client=client)
-        return decode_result(raw, hits)
-
-    async def queue(
-        self, pipeline: Any, keys: Sequence[str], hits: Sequence[Hit], now: float | None = None
-    ) -> None:
-        """Queue the call on ``pipeline``; pass its reply to ``decode_result`` with ``hits``."""
-        self._check_keys(keys, hits)
-        await self._script(keys=list(keys), args=encode_args(hits, now), client=pipeline)
-
-    @staticmethod
-    def _check_keys(keys: Sequence[str], hits: Sequence[Hit]) -> None:
+        """Apply ``hits`` atomically."""
         if len(keys) != key_count(hits):
             raise ValueError(f"{len(keys)} keys for {key_count(hits)} limits")
+        raw = await self._script(keys=list(keys), args=encode_args(hits, now))
+        return decode_result(raw, hits)

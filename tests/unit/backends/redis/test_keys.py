@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from sluice.algorithms import Limit
+from sluice.algorithms import ALGORITHMS, Limit
 from sluice.backends.redis.keys import (
     MAX_TAG_BYTES,
     TAG_CACHE_ENTRIES,
@@ -21,7 +21,10 @@ counter_keys = st.lists(st.text(max_size=20), min_size=1, max_size=4).map(tuple)
 
 def test_the_layout() -> None:
     names = KeyNamer("sluice:")
-    keys = names.keys(("edge", "remote_address", "10.0.0.1"), (Limit(5, 60), Limit(9, 1, "gcra")))
+    keys = names.keys(
+        ("edge", "remote_address", "10.0.0.1"),
+        (Limit(5, 60, ALGORITHMS["fixed_window"]), Limit(9, 1, ALGORITHMS["gcra"])),
+    )
     assert keys == [
         "sluice:{edge:remote_address:10.0.0.1}:fixed_window:60",
         "sluice:{edge:remote_address:10.0.0.1}:gcra:1",
@@ -36,7 +39,10 @@ def test_different_counters_never_share_a_tag(a: tuple[str, ...], b: tuple[str, 
 
 @given(counter_keys)
 def test_every_key_of_a_counter_is_in_one_slot(counter_key: tuple[str, ...]) -> None:
-    keys = KeyNamer("p:").keys(counter_key, (Limit(1, 1), Limit(1, 60, "token_bucket")))
+    keys = KeyNamer("p:").keys(
+        counter_key,
+        (Limit(1, 1, ALGORITHMS["fixed_window"]), Limit(1, 60, ALGORITHMS["token_bucket"])),
+    )
     tag = counter_tag(counter_key)
     assert "{" not in tag and "}" not in tag
     assert len({key_slot(key.encode()) for key in keys}) == 1

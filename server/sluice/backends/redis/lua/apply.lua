@@ -1,6 +1,7 @@
 -- The driver: KEYS = the state key of every limit of every hit, in order.
 -- ARGV[1] = now in seconds as a decimal string, or '' for Redis's own clock (so instances
--- with skewed clocks agree); then per hit: cost, k, and k times (algorithm, L, P, b).
+-- with skewed clocks agree); then per hit: cost, k, and k times (algorithm,
+-- requests_per_unit, period_s, burst), which the algorithms call L, P and b.
 -- Returns, per limit of every hit in order: allowed (0/1), remaining, reset_s and delay_s
 -- (strings, '%.17g': Redis would truncate a non-integer Lua number), fits (0/1).
 
@@ -53,14 +54,13 @@ for _, hit in ipairs(hits) do
   local admitted = true
   for j, limit in ipairs(hit.limits) do
     local res = ALGORITHMS[limit.name](KEYS[next_key], now, limit.L, limit.P, limit.b, hit.cost)
-    res.counts_refused = limit.name == 'fixed_window'
     results[j] = res
     admitted = admitted and res.allowed
     next_key = next_key + 1
   end
-  for _, res in ipairs(results) do
-    -- A refused hit changes nothing, except that fixed windows count every hit.
-    if res.commit ~= nil and (admitted or res.counts_refused) then
+  for j, res in ipairs(results) do
+    -- A refused hit changes nothing, except where refused hits count (fixed windows).
+    if res.commit ~= nil and (admitted or COUNTS_REFUSED[hit.limits[j].name]) then
       res.commit()
     end
     local n = #out

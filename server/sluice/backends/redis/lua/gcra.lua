@@ -1,6 +1,6 @@
 -- gcra: sluice/algorithms/gcra.py. State: a string holding TAT.
-ALGORITHMS['gcra'] = function(key, now, L, P, b, n)
-  local res = schedule_step(key, now, L, P, b, n)
+ALGORITHMS['gcra'] = function(key, now, L, P, b, cost)
+  local res = schedule_step(key, now, L, P, b, cost)
   res.delay = 0 -- a policer: admitted hits proceed now
   return res
 end

@@ -1,5 +1,5 @@
 -- leaky_bucket: sluice/algorithms/leaky_bucket.py. State: a string holding free_at, when
 -- the queue drains. Admits exactly like gcra but reports each hit's wait as its delay.
-ALGORITHMS['leaky_bucket'] = function(key, now, L, P, b, n)
-  return schedule_step(key, now, L, P, b, n)
+ALGORITHMS['leaky_bucket'] = function(key, now, L, P, b, cost)
+  return schedule_step(key, now, L, P, b, cost)
 end

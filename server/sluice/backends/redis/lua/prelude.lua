@@ -8,6 +8,9 @@
 --   state must not change, else a function writing the new state and its TTL. Algorithms
 --   only read; the driver decides which commits run.
 local ALGORITHMS = {}
+-- name -> true for the algorithms whose refused hits change state too (the Python trait
+-- Algorithm.counts_refused); each algorithm's own file says so.
+local COUNTS_REFUSED = {}
 
 local EPS = 2.220446049250313e-16 -- 2^-52, as in sluice.algorithms._exact
 local MAX_NUDGES = 200
@@ -85,16 +88,16 @@ local function schedule_remaining(at, t, interval, tau)
   end)
 end
 
-local function schedule(at, L, P, b, t, n)
+local function schedule(at, L, P, b, t, cost)
   if L == 0 then
     return refuse_all(), nil
   end
   local interval = P / L
   local tau = interval * b
-  if n > b then
+  if cost > b then
     return result(false, schedule_remaining(at, t, interval, tau), 0, 0, false, nil), nil
   end
-  if n == 0 then
+  if cost == 0 then
     local untl = 0
     if at ~= nil then
       untl = math.max(at - t, 0)
@@ -103,12 +106,12 @@ local function schedule(at, L, P, b, t, n)
   end
   local start = schedule_start(at, t)
   local wait = start - t
-  if wait + n * interval <= tau then
-    local new = start + n * interval
+  if wait + cost * interval <= tau then
+    local new = start + cost * interval
     local remaining = schedule_remaining(new, t, interval, tau)
     return result(true, remaining, new - t, wait, true, nil), new
   end
-  local need = n * interval
+  local need = cost * interval
   local reset = settle(t, wait - (tau - need), function(x)
     return (schedule_start(at, x) - x) + need <= tau
   end)
@@ -116,13 +119,13 @@ local function schedule(at, L, P, b, t, n)
 end
 
 -- The one-number state of gcra and leaky_bucket.
-local function schedule_step(key, now, L, P, b, n)
+local function schedule_step(key, now, L, P, b, cost)
   local stored = redis.call('GET', key)
   local at = nil
   if stored then
     at = tonumber(stored)
   end
-  local res, new = schedule(at, L, P, b, now, n)
+  local res, new = schedule(at, L, P, b, now, cost)
   if new ~= nil then
     res.commit = function()
       redis.call('SET', key, fmt(new), 'PX', ttl_ms(new, now))

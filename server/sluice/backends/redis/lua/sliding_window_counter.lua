@@ -48,12 +48,12 @@ local function swc_expires_at(w, c, p, P)
   return w
 end
 
-local function swc_earliest(previous, current, start, L, P, n)
-  local room = L - n - current
+local function swc_earliest(previous, current, start, L, P, cost)
+  local room = L - cost - current
   if room > 0 and previous > 0 then
     return start + (P - room * P / previous)
   end
-  room = L - n
+  room = L - cost
   if current <= room then
     return start + P
   end
@@ -63,7 +63,7 @@ local function swc_earliest(previous, current, start, L, P, n)
   return start + 2 * P
 end
 
-ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, n)
+ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, cost)
   if L == 0 then
     return refuse_all()
   end
@@ -77,28 +77,28 @@ ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, n)
   local e = t - start
   local current, previous = swc_counts(w, c, p, start, P)
   local est = swc_estimate(previous, current, e, P)
-  if n > L then
+  if cost > L then
     return result(false, swc_remaining(est, L), 0, 0, false, nil)
   end
-  if n == 0 then
+  if cost == 0 then
     local untl = 0
     if w ~= nil then
       untl = math.max(swc_expires_at(w, c, p, P) - t, 0)
     end
     return result(true, swc_remaining(est, L), untl, 0, true, nil)
   end
-  if est + n <= L then
-    local after = swc_estimate(previous, current + n, e, P)
-    local expires = swc_expires_at(start, current + n, previous, P)
+  if est + cost <= L then
+    local after = swc_estimate(previous, current + cost, e, P)
+    local expires = swc_expires_at(start, current + cost, previous, P)
     local commit = function()
-      redis.call('HSET', key, 'w', fmt(start), 'c', int(current + n), 'p', int(previous))
+      redis.call('HSET', key, 'w', fmt(start), 'c', int(current + cost), 'p', int(previous))
       redis.call('PEXPIRE', key, ttl_ms(expires, now))
     end
     return result(true, swc_remaining(after, L), expires - t, 0, true, commit)
   end
-  local at = swc_earliest(previous, current, start, L, P, n)
+  local at = swc_earliest(previous, current, start, L, P, cost)
   local reset = settle(t, at - t, function(x)
-    return swc_estimate_at(w, c, p, P, x) + n <= L
+    return swc_estimate_at(w, c, p, P, x) + cost <= L
   end)
   return result(false, swc_remaining(est, L), reset, 0, true, nil)
 end

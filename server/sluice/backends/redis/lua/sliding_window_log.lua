@@ -2,7 +2,7 @@
 -- timestamp, member = '<timestamp>:<cost>' (one member per timestamp). An entry is live
 -- while ts + P > now; dead entries are a prefix, removed by score when a hit commits (by
 -- score, not rank, so a second commit to the same key in one hit removes nothing more).
-ALGORITHMS['sliding_window_log'] = function(key, now, L, P, b, n)
+ALGORITHMS['sliding_window_log'] = function(key, now, L, P, b, cost)
   if L == 0 then
     return refuse_all()
   end
@@ -30,21 +30,21 @@ ALGORITHMS['sliding_window_log'] = function(key, now, L, P, b, n)
   end
   local used = used_at(t)
   local remaining = math.max(L - used, 0)
-  if n > L then
+  if cost > L then
     return result(false, remaining, 0, 0, false, nil)
   end
-  if n == 0 then
+  if cost == 0 then
     local untl = 0
     if #stamps > 0 then
       untl = math.max((stamps[#stamps] + P) - t, 0)
     end
     return result(true, remaining, untl, 0, true, nil)
   end
-  if used + n <= L then
-    local merged, merged_cost = nil, n
+  if used + cost <= L then
+    local merged, merged_cost = nil, cost
     for j = dead + 1, #stamps do
       if stamps[j] == t then
-        merged, merged_cost = members[j], costs[j] + n
+        merged, merged_cost = members[j], costs[j] + cost
       end
     end
     local newest = t
@@ -62,10 +62,10 @@ ALGORITHMS['sliding_window_log'] = function(key, now, L, P, b, n)
       redis.call('ZADD', key, fmt(t), fmt(t) .. ':' .. int(merged_cost))
       redis.call('PEXPIRE', key, ttl_ms(expires, now))
     end
-    return result(true, L - used - n, expires - t, 0, true, commit)
+    return result(true, L - used - cost, expires - t, 0, true, commit)
   end
   -- The oldest live entries must age out until enough room is free.
-  local need = used + n - L
+  local need = used + cost - L
   local freed = 0
   local at = t
   for j = dead + 1, #stamps do
@@ -76,7 +76,7 @@ ALGORITHMS['sliding_window_log'] = function(key, now, L, P, b, n)
     end
   end
   local reset = settle(t, at - t, function(x)
-    return used_at(x) + n <= L
+    return used_at(x) + cost <= L
   end)
   return result(false, remaining, reset, 0, true, nil)
 end

@@ -17,7 +17,7 @@ local function tb_expires_at(tokens, updated_at, L, P, b)
   end)
 end
 
-ALGORITHMS['token_bucket'] = function(key, now, L, P, b, n)
+ALGORITHMS['token_bucket'] = function(key, now, L, P, b, cost)
   if L == 0 then
     return refuse_all()
   end
@@ -28,18 +28,18 @@ ALGORITHMS['token_bucket'] = function(key, now, L, P, b, n)
   end
   local t = now
   local tokens, at = tb_fill(old_tokens, old_at, L, P, b, t)
-  if n > b then
+  if cost > b then
     return result(false, math.floor(tokens), 0, 0, false, nil)
   end
-  if n == 0 then
+  if cost == 0 then
     local untl = 0
     if old_tokens ~= nil then
       untl = math.max(tb_expires_at(old_tokens, old_at, L, P, b) - t, 0)
     end
     return result(true, math.floor(tokens), untl, 0, true, nil)
   end
-  if tokens >= n then
-    local left = tokens - n
+  if tokens >= cost then
+    local left = tokens - cost
     local expires = tb_expires_at(left, at, L, P, b)
     local commit = function()
       redis.call('HSET', key, 'tk', fmt(left), 'at', fmt(at))
@@ -47,10 +47,10 @@ ALGORITHMS['token_bucket'] = function(key, now, L, P, b, n)
     end
     return result(true, math.floor(left), expires - t, 0, true, commit)
   end
-  local wait = (n - tokens) * P / L
+  local wait = (cost - tokens) * P / L
   local reset = settle(t, wait, function(x)
     local available = tb_fill(old_tokens, old_at, L, P, b, x)
-    return available >= n
+    return available >= cost
   end)
   return result(false, math.floor(tokens), reset, 0, true, nil)
 end

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sluice.algorithms import ALGORITHMS, Limit
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
-from sluice.backends.redis.over_limit_cache import OverLimitCache
+from sluice.backends.over_limit_cache import OverLimitCache
 from tests.unit.algorithms._properties import limits, start_times, time_steps
 
 
@@ -21,7 +21,11 @@ def run(awaitable):
 @st.composite
 def traffic(draw: st.DrawFn):
     rules = [
-        tuple(draw(st.lists(st.sampled_from(ALGORITHMS).flatmap(limits), min_size=1, max_size=2)))
+        tuple(
+            draw(
+                st.lists(st.sampled_from(list(ALGORITHMS)).flatmap(limits), min_size=1, max_size=2)
+            )
+        )
         for _ in range(draw(st.integers(1, 3)))
     ]
     steps = []
@@ -69,7 +73,7 @@ class Counting:
 def test_a_flood_over_the_limit_stays_local_until_the_wait_is_over() -> None:
     inner = Counting()
     cache = OverLimitCache(inner)
-    hit = Hit(("d", "k"), (Limit(5, 60),), 1)
+    hit = Hit(("d", "k"), (Limit(5, 60, ALGORITHMS["fixed_window"]),), 1)
 
     async def flood(now: float, n: int) -> int:
         admitted = 0
@@ -82,7 +86,7 @@ def test_a_flood_over_the_limit_stays_local_until_the_wait_is_over() -> None:
     assert inner.calls == 6  # five admitted, one refusal learnt
     assert cache.local_refusals == 94
     # Smaller hits still ask: they might fit where the refused cost did not.
-    run(cache.apply([Hit(("d", "k"), (Limit(5, 60),), 0)], 1.0))
+    run(cache.apply([Hit(("d", "k"), (Limit(5, 60, ALGORITHMS["fixed_window"]),), 0)], 1.0))
     assert inner.calls == 7
     # The remembered wait shrinks as time passes, and ends with the window.
     [refused] = run(cache.apply([hit], 30.0))
@@ -93,8 +97,8 @@ def test_a_flood_over_the_limit_stays_local_until_the_wait_is_over() -> None:
 def test_a_request_mixes_local_and_remote_answers_in_order() -> None:
     inner = Counting()
     cache = OverLimitCache(inner)
-    over = Hit(("d", "over"), (Limit(1, 60),), 1)
-    fresh = Hit(("d", "fresh"), (Limit(3, 60),), 1)
+    over = Hit(("d", "over"), (Limit(1, 60, ALGORITHMS["fixed_window"]),), 1)
+    fresh = Hit(("d", "fresh"), (Limit(3, 60, ALGORITHMS["fixed_window"]),), 1)
     run(cache.apply([over, over], 0.0))
     calls = inner.calls
     first, second, third = run(cache.apply([fresh, over, fresh], 1.0))
@@ -106,9 +110,11 @@ def test_a_request_mixes_local_and_remote_answers_in_order() -> None:
 def test_the_cache_is_bounded() -> None:
     cache = OverLimitCache(MemoryBackend(), max_keys=3)
     for n in range(10):
-        hit = Hit(("d", str(n)), (Limit(0, 60, "gcra", 1),), 2)  # never fits: not cached
+        hit = Hit(
+            ("d", str(n)), (Limit(0, 60, ALGORITHMS["gcra"], 1),), 2
+        )  # never fits: not cached
         run(cache.apply([hit, hit], 0.0))
-        over = Hit(("d", f"o{n}"), (Limit(1, 60),), 1)
+        over = Hit(("d", f"o{n}"), (Limit(1, 60, ALGORITHMS["fixed_window"]),), 1)
         run(cache.apply([over, over], 0.0))
     assert len(cache) == 3
     assert cache.evictions == 7

@@ -85,6 +85,9 @@ class OverLimitCache:
         self._remember(rest, [o for i, o in enumerate(merged) if i not in local], now)
         return merged
 
+    def metric_values(self) -> dict[str, float]:
+        return {**self.inner.metric_values(), "local_cache_refusals": self.local_refusals}
+
     async def close(self) -> None:
         self._refusals.clear()
         await self.inner.close()
@@ -98,10 +101,10 @@ class OverLimitCache:
                 if not outcome.allowed and outcome.fits and outcome.reset_s > wait:
                     wait = outcome.reset_s
             # A fixed window counts every hit, refused ones too, and later decisions depend on
-            # that count. Answering here is only exact while each fixed window of the hit is
+            # that count. Answering here is only exact while each such limit of the hit is
             # itself over its limit: then more counting changes nothing until it ends.
             for limit, outcome in zip(hit.limits, per_limit, strict=True):
-                if limit.algorithm == "fixed_window":
+                if limit.algorithm.counts_refused:
                     wait = min(wait, outcome.reset_s) if not outcome.allowed else 0.0
             if wait <= 0.0:
                 continue
