@@ -15,7 +15,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from sluice.algorithms import ALGORITHMS, Limit  # noqa: E402
-from sluice.algorithms.registry import MODULES  # noqa: E402
 
 RATE, PERIOD = 5, 5  # 5 requests per 5 s (1/s); buckets and GCRA allow bursts of 5
 OUT = Path(__file__).with_name("algorithms.png")
@@ -32,13 +31,12 @@ def traffic() -> list[float]:
 
 def run(algorithm: str, times: list[float]) -> list[tuple[float, bool, float]]:
     """(time, admitted, delay) per request."""
-    module = MODULES[algorithm]
-    limit = Limit(RATE, PERIOD, algorithm, burst=RATE)
+    limit = Limit(RATE, PERIOD, ALGORITHMS[algorithm], burst=RATE)
     state = None
     result = []
     for t in times:
-        new, outcome = module.step(state, limit, t, 1)
-        if outcome.allowed or algorithm == "fixed_window":  # fixed windows count every hit
+        new, outcome = limit.algorithm.step(state, limit, t, 1)
+        if outcome.allowed or limit.algorithm.counts_refused:  # fixed windows count every hit
             state = new
         result.append((t, outcome.allowed, outcome.delay_s))
     return result
