@@ -81,6 +81,7 @@ class Sluice:
                 global_shadow_mode=settings.global_shadow_mode,
                 response_headers=settings.response_headers,
                 failure_mode=settings.redis_failure_mode,
+                limit_overrides=settings.limit_overrides,
             ),
             recorder=self.recorder,
         )

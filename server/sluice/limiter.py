@@ -1,7 +1,8 @@
 """The decision: ShouldRateLimit as plain domain code, with envoyproxy/ratelimit's semantics.
 
 One request becomes at most one backend call. Per descriptor: a client ``limit`` override
-(for known domains) or the matching rule; ``unlimited`` rules answer OK without counting;
+(for known domains, unless the domain or ``--limit-overrides`` says to ignore or deny them) or
+the matching rule; ``unlimited`` rules answer OK without counting;
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
 report OVER_LIMIT as OK; a global shadow mode makes the overall answer OK but leaves the
 statuses untouched, so callers can still see what would have happened.
@@ -20,8 +21,15 @@ from sluice.algorithms import Limit, Outcome
 from sluice.backends import Backend, Hit
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
-from sluice.errors import BackendUnavailableError
-from sluice.model import Code, Decision, DescriptorStatus, Header, RateLimitRequest
+from sluice.errors import BackendUnavailableError, InvalidRequestError
+from sluice.model import (
+    LIMIT_OVERRIDES,
+    Code,
+    Decision,
+    DescriptorStatus,
+    Header,
+    RateLimitRequest,
+)
 from sluice.policies.snapshot import Match, Snapshot
 from sluice.usage.recorder import ALLOWED, BACKEND_ERROR, OVER_LIMIT, SHADOW_OVER, UsageRecorder
 
@@ -40,6 +48,7 @@ class LimiterSettings:
     global_shadow_mode: bool = False
     response_headers: bool = False  # IETF RateLimit/RateLimit-Policy fields and Retry-After
     failure_mode: str = "error"
+    limit_overrides: str = "allow"  # what a domain that does not say does with client limits
 
 
 @dataclass(slots=True)
@@ -60,6 +69,8 @@ class RateLimiter:
     ) -> None:
         if settings.failure_mode not in FAILURE_MODES:
             raise ValueError(f"failure_mode must be one of {FAILURE_MODES}")
+        if settings.limit_overrides not in LIMIT_OVERRIDES:
+            raise ValueError(f"limit_overrides must be one of {LIMIT_OVERRIDES}")
         self._snapshot = snapshot
         self._backend = backend
         self._clock = clock
@@ -74,10 +85,13 @@ class RateLimiter:
         statuses: list[DescriptorStatus | None] = [None] * len(request.descriptors)
         applicable: list[_Applicable] = []
         replaced: set[str] = set()
+        overrides = snapshot.limit_overrides(domain) or self._settings.limit_overrides
+        if overrides == "deny":
+            _refuse_overrides(request)
 
         for i, descriptor in enumerate(request.descriptors):
             cost = default_cost if descriptor.hits_addend is None else descriptor.hits_addend
-            if descriptor.limit is not None:
+            if descriptor.limit is not None and overrides == "allow":
                 match = snapshot.override(domain, descriptor.entries, descriptor.limit)
             else:
                 match = snapshot.lookup(domain, descriptor.entries)
@@ -145,6 +159,15 @@ class RateLimiter:
 
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
+
+
+def _refuse_overrides(request: RateLimitRequest) -> None:
+    for i, descriptor in enumerate(request.descriptors):
+        if descriptor.limit is not None:
+            raise InvalidRequestError(
+                f"descriptors[{i}].limit: domain '{request.domain}' does not accept limit "
+                f"overrides from clients"
+            )
 
 
 def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStatus, bool]:

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass, field
 
 __all__ = [
+    "LIMIT_OVERRIDES",
     "Code",
     "Decision",
     "Descriptor",
@@ -23,6 +24,12 @@ __all__ = [
     "Rule",
     "Unit",
 ]
+
+
+# What a server or a domain does with a descriptor's own ``limit`` (Envoy's per-request
+# override): allow (use it, as envoyproxy/ratelimit does), ignore (decide by the matching
+# rule, as if none were sent), deny (INVALID_ARGUMENT).
+LIMIT_OVERRIDES = ("allow", "ignore", "deny")
 
 
 class Unit(enum.IntEnum):
@@ -121,6 +128,9 @@ class DomainPolicy:
 
     domain: str
     descriptors: tuple[Rule, ...] = ()
+    # What to do with a descriptor's own ``limit`` (allow, ignore, deny); None: the server's
+    # --limit-overrides.
+    limit_overrides: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

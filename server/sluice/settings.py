@@ -68,6 +68,11 @@ class Settings:
         "error",
         "Redis backend unreachable: error (gRPC UNAVAILABLE, Envoy decides), allow or deny.",
     )
+    limit_overrides: str = _setting(
+        "allow",
+        "A descriptor's own limit sent by a client: allow (envoyproxy/ratelimit), ignore (decide "
+        "by the rule), deny (INVALID_ARGUMENT). A policy's limit_overrides wins.",
+    )
     local_cache: bool = _setting(
         True, "Redis backend: refuse hits on counters known to be over limit without Redis."
     )
@@ -230,6 +235,7 @@ def _raw_value(
 
 def _validate(settings: Settings) -> None:
     from sluice.limiter import FAILURE_MODES
+    from sluice.model import LIMIT_OVERRIDES
 
     if settings.backend not in BACKENDS:
         raise ValueError(
@@ -239,6 +245,11 @@ def _validate(settings: Settings) -> None:
         raise ValueError(
             f"{flag_name('redis_failure_mode')}: '{settings.redis_failure_mode}' is not one of "
             f"{', '.join(FAILURE_MODES)}"
+        )
+    if settings.limit_overrides not in LIMIT_OVERRIDES:
+        raise ValueError(
+            f"{flag_name('limit_overrides')}: '{settings.limit_overrides}' is not one of "
+            f"{', '.join(LIMIT_OVERRIDES)}"
         )
     if "{" in settings.redis_key_prefix or "}" in settings.redis_key_prefix:
         # Braces would make Redis Cluster hash the prefix instead of the counter.

@@ -158,6 +158,52 @@ def test_limit_override_replaces_the_configured_limit() -> None:
     assert ask(limiter, d(("user", "a"), limit=override), domain="nope").overall_code is Code.OK
 
 
+RAISED = LimitOverride(1_000_000, Unit.MINUTE)  # a client raising its own limit
+
+
+def test_ignored_overrides_leave_the_rule_deciding() -> None:
+    limiter, _ = make(LimiterSettings(limit_overrides="ignore"))
+    remaining = [
+        ask(limiter, d(("user", "bob"), limit=RAISED)).statuses[0].limit_remaining for _ in range(3)
+    ]
+    assert remaining == [2, 1, 0]
+    over = ask(limiter, d(("user", "bob"), limit=RAISED))
+    assert over.statuses[0] == DescriptorStatus(Code.OVER_LIMIT, PER_MINUTE_3, 0, 40)
+
+
+def test_denied_overrides_are_invalid_and_count_nothing() -> None:
+    limiter, _ = make(LimiterSettings(limit_overrides="deny"))
+    with pytest.raises(InvalidRequestError) as info:
+        ask(limiter, d(("user", "bob")), d(("user", "bob"), limit=RAISED))
+    assert str(info.value) == (
+        "descriptors[1].limit: domain 'd' does not accept limit overrides from clients"
+    )
+    # The refused request counted nothing, not even its first descriptor.
+    assert ask(limiter, d(("user", "bob"))).statuses[0].limit_remaining == 2
+
+
+@pytest.mark.parametrize(
+    ("server", "domain", "expected_remaining"),
+    [
+        pytest.param("allow", "ignore", 2, id="the-domain-ignores-on-an-allowing-server"),
+        pytest.param("ignore", "allow", 999_999, id="the-domain-allows-on-an-ignoring-server"),
+        pytest.param("deny", "allow", 999_999, id="the-domain-allows-on-a-denying-server"),
+    ],
+)
+def test_a_domain_setting_wins_over_the_server(
+    server: str, domain: str, expected_remaining: int
+) -> None:
+    snapshot = Snapshot(load_text(f"limit_overrides: {domain}\n" + POLICY, "t.yaml"))
+    limiter = RateLimiter(
+        lambda: snapshot,
+        MemoryBackend(),
+        ManualClock(START),
+        LimiterSettings(limit_overrides=server),
+    )
+    status = ask(limiter, d(("user", "bob"), limit=RAISED)).statuses[0]
+    assert status.limit_remaining == expected_remaining
+
+
 def test_replaces_drops_the_named_limit_without_consuming_it() -> None:
     limiter, _ = make()
     both = ask(

@@ -87,9 +87,14 @@ class Snapshot:
         self.policies: tuple[DomainPolicy, ...] = tuple(sorted(policies, key=lambda p: p.domain))
         self.version = version
         self._domains = {p.domain: _Node(None, p.descriptors, p.domain) for p in self.policies}
+        self._limit_overrides = {p.domain: p.limit_overrides for p in self.policies}
 
     def has_domain(self, domain: str) -> bool:
         return domain in self._domains
+
+    def limit_overrides(self, domain: str) -> str | None:
+        """The domain's own choice for client limit overrides (None: the server's)."""
+        return self._limit_overrides.get(domain)
 
     def lookup(self, domain: str, entries: tuple[tuple[str, str], ...]) -> Match | None:
         """The rule with a limit (or ``unlimited``) that applies to these entries, if any."""

@@ -19,7 +19,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.errors import ConfigError
-from sluice.model import DomainPolicy, RateLimit, Rule, Unit
+from sluice.model import LIMIT_OVERRIDES, DomainPolicy, RateLimit, Rule, Unit
 from sluice.policies.glob import MAX_WILDCARDS
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
 # sliding_window_log keeps one entry per admitted request; this caps its memory per key.
 DEFAULT_MAX_LOG_LIMIT = 10_000
 
-_ROOT_KEYS = ("domain", "descriptors")
+_ROOT_KEYS = ("domain", "descriptors", "limit_overrides")
 _RULE_KEYS = (
     "key",
     "value",
@@ -238,7 +238,18 @@ class _Loader:
                         f"{self.source}:{rule.line}: replaces '{replaced}', but no rate_limit "
                         f"in domain '{domain}' has that name"
                     )
-        return DomainPolicy(domain=domain, descriptors=rules)
+        return DomainPolicy(domain, rules, self.limit_overrides(fields.get("limit_overrides")))
+
+    def limit_overrides(self, node: Node | None) -> str | None:
+        if node is None or _is_null(node):
+            return None
+        value = self.string(node, "limit_overrides")
+        if value is None:
+            return None  # not a string: reported
+        if value not in LIMIT_OVERRIDES:
+            self.error(node, f"'limit_overrides' must be one of {', '.join(LIMIT_OVERRIDES)}")
+            return None
+        return value
 
     def rules(self, node: Node | None, parent_key: str) -> tuple[Rule, ...]:
         if node is None or _is_null(node):
@@ -544,10 +555,10 @@ def _limit_names(rules: Iterable[Rule]) -> set[str]:
 
 def dump_policy(policy: DomainPolicy) -> str:
     """Canonical YAML for one domain: loading it gives back an equal policy."""
-    document = {
-        "domain": policy.domain,
-        "descriptors": [rule_document(r) for r in policy.descriptors],
-    }
+    document: dict[str, Any] = {"domain": policy.domain}
+    if policy.limit_overrides is not None:
+        document["limit_overrides"] = policy.limit_overrides
+    document["descriptors"] = [rule_document(r) for r in policy.descriptors]
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from sluice.errors import ConfigError
 from sluice.model import DomainPolicy, RateLimit, Rule, Unit
-from sluice.policies.yaml_format import dump_policies, load_path, load_text
+from sluice.policies.yaml_format import dump_policies, dump_policy, load_path, load_text
 
 LIMIT = (
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
@@ -276,6 +276,11 @@ def test_several_documents_and_empty_ones() -> None:
             id="too-many-wildcards",
         ),
         pytest.param(
+            "domain: d\nlimit_overrides: sometimes\ndescriptors: []\n",
+            ["t.yaml:2: 'limit_overrides' must be one of allow, ignore, deny"],
+            id="limit-overrides-unknown",
+        ),
+        pytest.param(
             "domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n",
             [
                 "t.yaml:4: share_threshold is only allowed on a descriptor whose value has a "
@@ -407,3 +412,10 @@ def test_a_value_may_have_up_to_sixteen_wildcards() -> None:
     text = "domain: d\ndescriptors:\n  - key: k\n    value: '" + "*a" * 16 + "'\n"
     (policy,) = load_text(text, "t.yaml")
     assert policy.descriptors[0].value == "*a" * 16
+
+
+@pytest.mark.parametrize("mode", ["allow", "ignore", "deny"])
+def test_a_domain_says_what_it_does_with_client_limits(mode: str) -> None:
+    (policy,) = load_text(f"domain: d\nlimit_overrides: {mode}\ndescriptors: []\n", "t.yaml")
+    assert policy.limit_overrides == mode
+    assert load_text(dump_policy(policy), "again.yaml") == [policy]
