@@ -3,14 +3,20 @@ over its limit stops costing round trips.
 
 When the inner backend refuses a hit and says how long the refusal lasts (the longest
 ``reset_s`` of the limits that refused it; they are "never early"), hits on the same
-counter with the same limits and at least the same cost are refused here until then,
-without asking the inner backend. It only ever refuses, never admits, and only what the
-inner backend would refuse too: state changes by other hits can only consume capacity,
-never free it early, and a larger cost needs at least as long. So exactness holds. Fixed
+counter with the same limits and the same cost are refused here until then, without asking
+the inner backend. It only ever refuses, never admits, and only what the inner backend would
+refuse too: state changes by other hits can only consume capacity, never free it early. So
+exactness holds. Such changes can lengthen the wait, though: a hit on the counter that does
+reach the inner backend drops what is remembered for it. (Hits through other Sluice
+instances sharing a Redis can lengthen it too, unseen here: the wait reported is then the one
+this instance last saw.) (A larger cost would be refused too, but its wait, and whether it can ever
+fit, differ from the remembered ones: those go to the inner backend.) Fixed
 windows count refused hits too, so a refusal is only remembered while every fixed window of
 the hit is itself over its limit (then the hits answered here, which those windows do not
-count, change no later decision), and never past the end of such a window. The ``remaining``
-it reports is the one of the refusal it remembers.
+count, change no later decision), and never past the end of such a window. Each answer is
+the remembered one with its waits shortened by the time passed; its ``remaining`` is the one
+of the refusal it remembers, which never exceeds the true one (a refused counter only gains
+capacity with time).
 
 Shadow mode needs nothing here: the limiter turns a shadow rule's refusal into OK and
 records it as a shadow refusal whether the refusal came from here or from the inner backend;
@@ -71,7 +77,7 @@ class OverLimitCache:
                 continue
             if now >= refusal.until:
                 del refusals[key]
-            elif hit.cost >= refusal.cost:
+            elif hit.cost == refusal.cost:
                 refusals.move_to_end(key)
                 local[i] = _aged(refusal, now)
         if not local:
@@ -106,9 +112,13 @@ class OverLimitCache:
             for limit, outcome in zip(hit.limits, per_limit, strict=True):
                 if limit.algorithm.counts_refused:
                     wait = min(wait, outcome.reset_s) if not outcome.allowed else 0.0
-            if wait <= 0.0:
-                continue
             key = (hit.counter_key, hit.limits)
+            if wait <= 0.0:
+                # This hit reached the backend and may have consumed capacity: a refusal
+                # remembered for another cost could now wait longer than remembered.
+                if self._refusals:
+                    self._refusals.pop(key, None)
+                continue
             self._refusals[key] = _Refusal(now, now + wait, hit.cost, per_limit)
             self._refusals.move_to_end(key)
             if len(self._refusals) > self.max_keys:
