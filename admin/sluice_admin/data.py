@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy import insert, select, update
 
+from sluice.db.tables import admin_users
 from sluice.errors import SluiceError
 from sluice.model import DomainPolicy
 from sluice.policies.service import DomainNotFoundError, DomainView, PolicyService, Version
 from sluice.policies.store import PolicyStore
-from sluice.policies.tables import admin_users
 from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT
 from sluice.usage.store import SECOND, UsagePoint, UsageStore
 from sluice_admin.auth import Account, Role, User
@@ -36,7 +36,7 @@ class AdminData:
     def __init__(self, store: PolicyStore, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> None:
         self._store = store
         self._policies = PolicyService(store, max_log_limit=max_log_limit)
-        self._usage = UsageStore(store)
+        self._usage = UsageStore(store.database)
 
     @classmethod
     def open(cls, url: str, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> AdminData:
@@ -129,14 +129,16 @@ class AdminData:
 
     def accounts(self) -> dict[str, Account]:
         query = select(admin_users.c.name, admin_users.c.role, admin_users.c.password_hash)
-        with self._store.translated("read admin users"), self._store.engine.connect() as conn:
+        db = self._store.database
+        with db.translated("read admin users"), db.engine.connect() as conn:
             rows = conn.execute(query).all()
         return {r.name: Account(r.name, Role(r.role), r.password_hash) for r in rows}
 
     def save_account(self, account: Account) -> bool:
         """Create or replace a user; True if it was new."""
         values = {"role": account.role.value, "password_hash": account.password_hash}
-        with self._store.translated("write admin user"), self._store.engine.begin() as conn:
+        db = self._store.database
+        with db.translated("write admin user"), db.engine.begin() as conn:
             updated = conn.execute(
                 update(admin_users).where(admin_users.c.name == account.name).values(values)
             ).rowcount
