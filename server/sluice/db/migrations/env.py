@@ -20,6 +20,8 @@ if connection is None or context.is_offline_mode():
 
 context.configure(
     connection=connection,
+    # Only autogenerate reads this, and migrations are written by hand; it lacks admin_users,
+    # which sluice_admin.accounts defines (see sluice.db.tables).
     target_metadata=metadata,
     # SQLite cannot ALTER most things; batch mode rebuilds tables for later migrations.
     render_as_batch=connection.dialect.name == "sqlite",
