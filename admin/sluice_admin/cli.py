@@ -77,7 +77,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
     missing = [name for name in _APP_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         raise SluiceError(
-            f"the admin app needs {', '.join(missing)}, which is not installed: {INSTALL_HINT}"
+            f"the admin app is not installed (no {', '.join(missing)}): {INSTALL_HINT}"
         )
     from sluice_admin import APP_PATH
 
