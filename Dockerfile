@@ -1,7 +1,10 @@
 # Sluice: multi-stage build, non-root runtime, embedded defaults (SQLite + in-process state).
+# The default (last) target is the server, without Streamlit; the admin app is target "admin".
 #   docker build -t sluice .
 #   docker run -p 8080:8080 -p 8081:8081 -v sluice-data:/var/lib/sluice sluice
 #   docker run ... sluice serve --config /usr/share/sluice/examples/ratelimit.yaml
+#   docker build --target admin -t sluice-admin .
+#   docker run -p 8501:8501 -e SLUICE_ADMIN_USERS=... -v sluice-data:/var/lib/sluice sluice-admin
 
 FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -12,10 +15,14 @@ COPY server ./server
 COPY admin ./admin
 RUN /opt/sluice/bin/pip install .
 
-FROM python:3.11-slim-bookworm
+# The server's venv plus the admin extra (Streamlit and what it brings).
+FROM build AS build-admin
+RUN /opt/sluice/bin/pip install '.[admin]'
+
+# What both images share: the user, the data volume, the defaults, the entry point.
+FROM python:3.11-slim-bookworm AS runtime
 RUN groupadd --system --gid 10001 sluice \
     && useradd --system --uid 10001 --gid sluice --home-dir /var/lib/sluice --create-home sluice
-COPY --from=build /opt/sluice /opt/sluice
 COPY examples /usr/share/sluice/examples
 ENV PATH=/opt/sluice/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -23,11 +30,20 @@ ENV PATH=/opt/sluice/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/sluice
 VOLUME ["/var/lib/sluice"]
-# gRPC (ShouldRateLimit, health, reflection), HTTP (/healthcheck, /json, /api) and the admin
-# app (`sluice admin`, run as a second container from this image; see docker-compose.yml).
-EXPOSE 8081 8080 8501
-HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
-    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('SLUICE_HTTP_PORT', '8080'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthcheck', timeout=2).status == 200 else 1)"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["sluice"]
+
+# The admin app (`sluice admin`), run beside the servers; see docker-compose.yml.
+FROM runtime AS admin
+COPY --from=build-admin /opt/sluice /opt/sluice
+EXPOSE 8501
+CMD ["admin", "--port", "8501", "--address", "0.0.0.0"]
+
+# The server, last so that a plain `docker build` makes it.
+FROM runtime AS server
+COPY --from=build /opt/sluice /opt/sluice
+# gRPC (ShouldRateLimit, health, reflection) and HTTP (/healthcheck, /json, /api).
+EXPOSE 8081 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('SLUICE_HTTP_PORT', '8080'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthcheck', timeout=2).status == 200 else 1)"]
 CMD ["serve"]

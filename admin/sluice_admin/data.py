@@ -8,18 +8,15 @@ a viewer's session cannot publish even if the UI were bypassed.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from sqlalchemy import insert, select, update
-
+from sluice.db import Database
 from sluice.errors import DomainNotFoundError, SluiceError
 from sluice.model import DomainPolicy
 from sluice.policies.service import DomainView, PolicyService, Version
 from sluice.policies.store import PolicyStore
-from sluice.policies.tables import admin_users
 from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT
 from sluice.usage.store import SECOND, UsagePoint, UsageStore
-from sluice_admin.auth import Account, Role, User
+from sluice_admin.accounts import AccountStore
+from sluice_admin.auth import Account, User
 from sluice_admin.pending import pending_text
 
 __all__ = ["AdminData", "NotAllowedError"]
@@ -33,20 +30,22 @@ class NotAllowedError(SluiceError):
 
 
 class AdminData:
-    def __init__(self, store: PolicyStore, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> None:
-        self._store = store
-        self._policies = PolicyService(store, max_log_limit=max_log_limit)
-        self._usage = UsageStore(store)
+    def __init__(self, database: Database, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> None:
+        # Three peers on one database: policies (through the service), usage, accounts.
+        self._db = database
+        self._policies = PolicyService(PolicyStore(database), max_log_limit=max_log_limit)
+        self._usage = UsageStore(database)
+        self._accounts = AccountStore(database)
 
     @classmethod
     def open(cls, url: str, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> AdminData:
         """Connect and bring the schema up to date; ConfigDatabaseError if unreachable."""
-        store = PolicyStore(url)
-        store.upgrade()
-        return cls(store, max_log_limit=max_log_limit)
+        database = Database(url)
+        database.upgrade()
+        return cls(database, max_log_limit=max_log_limit)
 
     def close(self) -> None:
-        self._store.close()
+        self._db.close()
 
     # -- policies: reading -------------------------------------------------------------------
 
@@ -128,26 +127,11 @@ class AdminData:
     # -- users -------------------------------------------------------------------------------
 
     def accounts(self) -> dict[str, Account]:
-        query = select(admin_users.c.name, admin_users.c.role, admin_users.c.password_hash)
-        with self._store.translated("read admin users"), self._store.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return {r.name: Account(r.name, Role(r.role), r.password_hash) for r in rows}
+        return self._accounts.all()
 
     def save_account(self, account: Account) -> bool:
         """Create or replace a user; True if it was new."""
-        values = {"role": account.role.value, "password_hash": account.password_hash}
-        with self._store.translated("write admin user"), self._store.engine.begin() as conn:
-            updated = conn.execute(
-                update(admin_users).where(admin_users.c.name == account.name).values(values)
-            ).rowcount
-            if updated:
-                return False
-            conn.execute(
-                insert(admin_users).values(
-                    name=account.name, created_at=datetime.now(UTC), **values
-                )
-            )
-        return True
+        return self._accounts.save(account)
 
 
 def _require_editor(user: User, action: str) -> None:

@@ -111,7 +111,7 @@ class Sluice:
         )
         self.flusher = UsageFlusher(
             self.recorder,
-            UsageStore(store),
+            UsageStore(store.database),
             self.clock,
             interval_s=s.usage_flush_interval_s,
             on_drain=self.metrics.record_usage,

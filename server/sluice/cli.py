@@ -1,4 +1,6 @@
-"""The ``sluice`` command: serve, check, import, export, settings, admin, admin-user.
+"""The ``sluice`` command: serve, check, import, export, history, diff, rollback, settings,
+and the commands installed packages add through the ``sluice.commands`` entry point group
+(the admin app's ``admin`` and ``admin-user``, see sluice_admin/cli.py).
 
 Exit codes: 0 success, 1 invalid input (a policy or a setting), 2 usage, 3 config database.
 """
@@ -10,21 +12,25 @@ import asyncio
 import getpass
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 
 from sluice import __version__
 from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import dump_policies, load_path
-from sluice.settings import Settings, add_arguments, env_name, from_arguments
+from sluice.settings import Settings, add_arguments, from_arguments
 
 __all__ = ["main"]
 
 log = logging.getLogger("sluice")
+
+# Each entry point in this group names a function given the subcommands to add to (argparse's
+# subparsers); a parser's ``handler`` default is called with (args, settings) for an exit code.
+COMMANDS_GROUP = "sluice.commands"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,32 +112,21 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(rollback, only=("database_url", "log_level"))
     rollback.set_defaults(handler=_rollback)
 
-    admin = sub.add_parser("admin", help="run the admin web app (Streamlit)")
-    admin.add_argument("--port", type=int, default=8501, help="HTTP port [default: 8501]")
-    admin.add_argument("--address", default=None, help="address to bind [default: all]")
-    add_arguments(admin, only=_ADMIN_SETTINGS)
-    admin.set_defaults(handler=_admin)
-
-    admin_user = sub.add_parser("admin-user", help="manage admin app users")
-    users = admin_user.add_subparsers(dest="admin_user_command", metavar="ACTION", required=True)
-    add_user = users.add_parser(
-        "add", help="create or update a user; the password is read from stdin or a prompt"
-    )
-    add_user.add_argument("name", metavar="NAME")
-    add_user.add_argument("--role", choices=("viewer", "editor"), required=True)
-    add_user.add_argument(
-        "--print",
-        action="store_true",
-        dest="print_only",
-        help="print a NAME:ROLE:HASH entry for SLUICE_ADMIN_USERS instead of storing the user",
-    )
-    add_arguments(add_user, only=("database_url", "log_level"))
-    add_user.set_defaults(handler=_admin_user_add)
+    # Here, between rollback and settings: --help lists commands in the order they are added.
+    _add_installed_commands(sub)
 
     show = sub.add_parser("settings", help="print the effective settings, secrets redacted")
     add_arguments(show)
     show.set_defaults(handler=_settings)
     return parser
+
+
+def _add_installed_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            entry_point.load()(sub)
+        except Exception as exc:  # a broken add-on must not take serve, check... down with it
+            print(f"sluice: commands {entry_point.value} not loaded: {exc}", file=sys.stderr)
 
 
 def _author(args: argparse.Namespace) -> str:
@@ -210,102 +205,6 @@ def _rollback(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(f"{args.domain}: version {version} restores version {args.to_version}")
     return 0
-
-
-# What the admin app reads (through SLUICE_* variables, see _admin).
-_ADMIN_SETTINGS = (
-    "database_url",
-    "admin_users",
-    "max_sliding_log_limit",
-    "log_level",
-    # The sign-in throttle decides with the server's backend (shared when it is Redis).
-    "backend",
-    "redis_url",
-    "redis_key_prefix",
-    "redis_timeout_ms",
-    "redis_tls_ca_file",
-    "redis_tls_cert_file",
-    "redis_tls_key_file",
-    # HTTPS for the app itself (Streamlit cannot ask browsers for client certificates).
-    "tls_cert_file",
-    "tls_key_file",
-)
-# Largest policy file the Import page takes; Streamlit refuses bigger uploads itself.
-ADMIN_MAX_UPLOAD_MB = 1
-
-
-def _admin(args: argparse.Namespace, settings: Settings) -> int:
-    from sluice_admin import APP_PATH  # Streamlit is only imported when the app runs
-
-    env = dict(os.environ)
-    for name in _ADMIN_SETTINGS:
-        env[env_name(name)] = str(getattr(settings, name))
-    command = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(APP_PATH),
-        "--server.port",
-        str(args.port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-        # No "Deploy" button or developer menu: this is an operator's tool, not a demo.
-        "--client.toolbarMode",
-        "minimal",
-        "--server.maxUploadSize",
-        str(ADMIN_MAX_UPLOAD_MB),
-        "--server.enableXsrfProtection",
-        "true",
-        *(
-            ["--server.sslCertFile", settings.tls_cert_file]
-            + ["--server.sslKeyFile", settings.tls_key_file]
-            if settings.tls_cert_file
-            else []
-        ),
-        *(["--server.address", args.address] if args.address else []),
-    ]
-    sys.stdout.flush()
-    # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Streamlit directly.
-    os.execve(sys.executable, command, env)
-    return 0  # not reached
-
-
-def _admin_user_add(args: argparse.Namespace, settings: Settings) -> int:
-    from sluice_admin.auth import Account, Role, hash_password
-
-    name = args.name.strip()
-    if not name or any(c in name for c in ":,") or len(name) > 255:
-        print("sluice: a user name must be 1-255 characters without ':' or ','", file=sys.stderr)
-        return 2
-    password = _read_password()
-    if len(password) < 8:
-        print("sluice: the password must have at least 8 characters", file=sys.stderr)
-        return 1
-    account = Account(name, Role(args.role), hash_password(password))
-    if args.print_only:
-        print(f"{account.name}:{account.role.value}:{account.password_hash}")
-        return 0
-    from sluice_admin.data import AdminData
-
-    data = AdminData.open(settings.database_url)
-    try:
-        created = data.save_account(account)
-    finally:
-        data.close()
-    print(f"{name}: {'created' if created else 'updated'} ({args.role})")
-    return 0
-
-
-def _read_password() -> str:
-    if not sys.stdin.isatty():
-        return sys.stdin.readline().rstrip("\r\n")
-    first = getpass.getpass("Password: ")
-    if getpass.getpass("Again: ") != first:
-        raise SluiceError("the passwords differ")
-    return first
 
 
 def _settings(args: argparse.Namespace, settings: Settings) -> int:

@@ -13,7 +13,7 @@ from tests.admin._harness import errors, metric, new_app, no_exceptions, open_pa
 
 def seed(store: PolicyStore, *, ago_s: int = 3) -> None:
     second = int(time.time()) - ago_s
-    UsageStore(store).add(
+    UsageStore(store.database).add(
         # allowed, over_limit, shadow_over_limit, near_limit, backend_errors
         {("shop.user", second): [30, 10, 0, 4, 2]},
         {("shop.user", second - second % 60): {"user,mallory": 9, "user,eve": 1}},

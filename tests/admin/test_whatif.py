@@ -91,7 +91,7 @@ def test_the_page_replays_the_recorded_hour_with_the_servers_algorithms(
         ("shop.user", start + i): [5 if i == 0 else 0, 5 if i == 0 else 10, 0, 0, 0]
         for i in range(20)
     }
-    UsageStore(store).add(counts, {})
+    UsageStore(store.database).add(counts, {})
     traffic = [(start + i, 10) for i in range(20)]
     expect_now = simulate([Limit(5, 60, ALGORITHMS["fixed_window"])], traffic)
     expect_then = simulate([Limit(50, 60, ALGORITHMS["gcra"], 50)], traffic)

@@ -320,7 +320,7 @@ def store_totals(url: str) -> dict[int, Counter[tuple[str, str]]]:
     """Per resolution: (rule id, kind) -> hits, summed over every bucket in the store."""
     out: dict[int, Counter[tuple[str, str]]] = {}
     with PolicyStore(url) as store:
-        usage = UsageStore(store)
+        usage = UsageStore(store.database)
         for resolution in (SECOND, MINUTE):
             totals: Counter[tuple[str, str]] = Counter()
             series = usage.series(f"{DOMAIN}.", since_s=0, resolution_s=resolution)

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from sluice.db import engine as engine_module
+from sluice.db import schema_head
 from sluice.errors import ConfigDatabaseError, StaleVersionError
 from sluice.policies import store as store_module
-from sluice.policies.store import PolicyStore, schema_head
+from sluice.policies.store import PolicyStore
 
 DOC_A1 = "domain: a\ndescriptors: []\n"
 DOC_A2 = "domain: a\ndescriptors:\n  - key: k\n"
@@ -168,7 +170,7 @@ def test_a_new_sqlite_file_waits_for_a_writer_before_switching_to_wal(
     # Switching a new file to WAL while another connection writes to it failed at once with
     # "database is locked" (SQLite does not call the busy handler there), so replicas starting
     # together on a new file failed one time in ten. Now it waits like any other lock wait.
-    monkeypatch.setattr(store_module, "_SQLITE_BUSY_TIMEOUT_MS", 300)
+    monkeypatch.setattr(engine_module, "_SQLITE_BUSY_TIMEOUT_MS", 300)
     path = tmp_path / "new.db"
     writer = sqlite3.connect(path, isolation_level=None)
     store = PolicyStore(f"sqlite:///{path}")

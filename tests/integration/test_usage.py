@@ -42,7 +42,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_flushes_add_up_and_the_series_reads_them_back(database_url: str) -> None:
     with PolicyStore(database_url) as store:
         store.upgrade()
-        usage = UsageStore(store)
+        usage = UsageStore(store.database)
         clock = ManualClock(1_000_020.4)
         recorders = [UsageRecorder(), UsageRecorder()]  # two servers, one store
         flushers = [UsageFlusher(r, usage, clock) for r in recorders]
@@ -78,7 +78,7 @@ def test_a_store_outage_loses_nothing(postgres_url: str) -> None:
         with PolicyStore(through.render_as_string(hide_password=False)) as store:
             store.upgrade()
             recorder = UsageRecorder()
-            flusher = UsageFlusher(recorder, UsageStore(store), ManualClock(5_000_000))
+            flusher = UsageFlusher(recorder, UsageStore(store.database), ManualClock(5_000_000))
             recorder.record("shop.user", ALLOWED, cost=3)
             assert asyncio.run(flusher.flush_once())
             proxy.cut()
@@ -89,7 +89,7 @@ def test_a_store_outage_loses_nothing(postgres_url: str) -> None:
             proxy.restore()
             assert asyncio.run(flusher.flush_once())
         with PolicyStore(postgres_url) as direct:
-            [point] = UsageStore(direct).series("shop.", since_s=0)["shop.user"]
+            [point] = UsageStore(direct.database).series("shop.", since_s=0)["shop.user"]
             assert point.allowed == 3 + 15
     finally:
         proxy.close()
@@ -109,7 +109,7 @@ def test_stopping_during_a_flush_sends_each_figure_once(tmp_path: Path) -> None:
                 recorder = UsageRecorder()
                 flusher = UsageFlusher(
                     recorder,
-                    UsageStore(store),
+                    UsageStore(store.database),
                     ManualClock(7_000_000),
                     interval_s=0.01,
                     on_drain=lambda _: drained.set(),
@@ -128,7 +128,7 @@ def test_stopping_during_a_flush_sends_each_figure_once(tmp_path: Path) -> None:
             asyncio.run(scenario())
         finally:
             blocker.close()
-        [point] = UsageStore(store).series("shop.", since_s=0)["shop.user"]
+        [point] = UsageStore(store.database).series("shop.", since_s=0)["shop.user"]
         assert point.allowed == 2 + 3
 
 
@@ -144,7 +144,7 @@ def test_a_store_that_hangs_is_reported_and_its_send_waited_for_not_repeated(
             async def scenario() -> None:
                 recorder = UsageRecorder()
                 flusher = UsageFlusher(
-                    recorder, UsageStore(store), ManualClock(8_000_000), timeout_s=0.2
+                    recorder, UsageStore(store.database), ManualClock(8_000_000), timeout_s=0.2
                 )
                 blocker.execute("BEGIN IMMEDIATE")  # writes wait: the store hangs
                 recorder.record("shop.user", ALLOWED, cost=2)
@@ -176,7 +176,7 @@ def test_a_store_that_hangs_is_reported_and_its_send_waited_for_not_repeated(
 
 
 def allowed(store: PolicyStore) -> int:
-    [point] = UsageStore(store).series("shop.", since_s=0)["shop.user"]
+    [point] = UsageStore(store.database).series("shop.", since_s=0)["shop.user"]
     return point.allowed
 
 
@@ -220,7 +220,7 @@ def test_two_servers_add_up_exactly_in_the_store(
         ask(a, "alice")  # 3 allowed, 2 over on a's own memory counters
         ask(b, f"bob-{n}")  # 5 allowed
     with PolicyStore(database_url) as store:
-        usage = UsageStore(store)
+        usage = UsageStore(store.database)
 
         def totals() -> tuple[int, int]:
             points = usage.series("shop.", since_s=0, resolution_s=MINUTE).get("shop.user", [])

@@ -29,8 +29,14 @@ def test_sluice_services_build_the_dockerfile_and_run_its_entrypoint() -> None:
     }
     for name in ("sluice-init", "sluice", "admin"):
         service = SERVICES[name]
-        assert service["build"] == "."
         assert service["command"][0] in ("serve", "import", "admin")
+    # The servers build the default (last, server) target; the admin app its own target.
+    for name in ("sluice-init", "sluice"):
+        assert SERVICES[name]["build"] == "."
+    assert SERVICES["admin"]["build"] == {"context": ".", "target": "admin"}
+    assert re.search(r"^FROM \S+ AS admin$", dockerfile, re.M)
+    images = {SERVICES[name]["image"] for name in ("sluice-init", "sluice", "admin")}
+    assert len(images) == 2  # one tag per target, or each build would overwrite the other
     assert {int(p) for p in SERVICES["sluice"]["expose"]} <= exposed
     assert {int(p.split(":")[1]) for p in SERVICES["admin"]["ports"]} <= exposed
     assert Settings().grpc_port in exposed and Settings().http_port in exposed

@@ -55,3 +55,58 @@ def test_copied_paths_exist() -> None:
         if op == "COPY" and not arg.startswith("--from"):
             for source in arg.split()[:-1]:
                 assert (ROOT / source).exists(), source
+
+
+def stages() -> dict[str, tuple[str, list[tuple[str, str]]]]:
+    """Stage name -> (what it is FROM, its own instructions); the last stage is also "".
+    Stage names are lowercased, as Docker does."""
+    found: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    steps: list[tuple[str, str]] = []
+    for op, arg in instructions():
+        if op == "FROM":
+            base, *name = re.split(r"\s+AS\s+", arg.strip(), flags=re.IGNORECASE)
+            steps = []
+            found[name[0].lower() if name else f"#{len(found)}"] = (base.lower(), steps)
+        else:
+            steps.append((op, arg))
+    found[""] = found[list(found)[-1]]
+    return found
+
+
+def image(target: str) -> list[tuple[str, str]]:
+    """The instructions that make the image of ``target``, its base stages' first."""
+    all_stages = stages()
+    base, steps = all_stages[target]
+    return (image(base) if base in all_stages else []) + steps
+
+
+def venv_stage(target: str) -> list[tuple[str, str]]:
+    """The instructions of the build stage (and its bases) whose /opt/sluice ``target`` copies."""
+    [source] = [
+        arg.split()[0].removeprefix("--from=").lower()
+        for op, arg in image(target)
+        if op == "COPY" and arg.startswith("--from=") and "/opt/sluice" in arg
+    ]
+    return image(source)
+
+
+def test_the_default_target_is_the_server_without_the_admin_app() -> None:
+    server = image("")
+    assert [json.loads(arg) for op, arg in server if op == "CMD"][-1] == ["serve"]
+    assert {int(p) for op, arg in server if op == "EXPOSE" for p in arg.split()} == {
+        Settings().grpc_port,
+        Settings().http_port,
+    }
+    installs = [arg for op, arg in venv_stage("") if op == "RUN" and "pip install" in arg]
+    assert installs and not any("[admin]" in arg for arg in installs)
+
+
+def test_the_admin_target_runs_the_admin_app_non_root() -> None:
+    admin = image("admin")
+    assert [json.loads(arg) for op, arg in admin if op == "ENTRYPOINT"][-1] == ["sluice"]
+    assert [json.loads(arg) for op, arg in admin if op == "CMD"][-1][0] == "admin"
+    assert {int(p) for op, arg in admin if op == "EXPOSE" for p in arg.split()} == {8501}
+    users = [arg for op, arg in admin if op == "USER"]
+    assert users and not users[-1].startswith(("root", "0"))
+    installs = [arg for op, arg in venv_stage("admin") if op == "RUN" and "pip install" in arg]
+    assert any("'.[admin]'" in arg for arg in installs)

@@ -1,1 +1,2 @@
-"""Policy documents: storage, versioning and schema migrations of the config database."""
+"""Policy documents: their YAML format, versioned storage in the config database (sluice.db),
+and the snapshot a server serves from them."""

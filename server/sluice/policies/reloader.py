@@ -13,7 +13,10 @@ database is down serves from.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,15 +24,9 @@ from pathlib import Path
 
 from sluice.errors import ConfigDatabaseError, ConfigError
 from sluice.periodic import Periodic
-from sluice.policies.publishing import (
-    LiveDocuments,
-    build_snapshot,
-    read_cache,
-    read_live,
-    write_cache,
-)
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
+from sluice.policies.yaml_format import load_sources
 
 __all__ = ["ReloadStatus", "SnapshotReloader"]
 
@@ -73,7 +70,7 @@ class SnapshotReloader:
     ) -> None:
         self._store = store
         self._timeout_s = timeout_s
-        self._reading: asyncio.Future[LiveDocuments | None] | None = None
+        self._reading: asyncio.Future[_LiveDocuments | None] | None = None
         self._install = install
         self._cache_path = cache_path
         self._max_log_limit = max_log_limit
@@ -88,7 +85,7 @@ class SnapshotReloader:
         ConfigError when the stored policies are invalid: a server must not start empty.
         """
         try:
-            live = read_live(self._store)
+            live = _read_live(self._store)
             self._database_up()
             self._take(live, source="database")
             return
@@ -98,7 +95,7 @@ class SnapshotReloader:
         except ConfigError as exc:
             self.status.invalid += 1
             problem = exc
-        cached = read_cache(self._cache_path) if self._cache_path is not None else None
+        cached = _read_cache(self._cache_path) if self._cache_path is not None else None
         if cached is None:
             raise problem
         self._take(cached, source="cache")
@@ -137,7 +134,7 @@ class SnapshotReloader:
             return False
         try:
             snapshot = await asyncio.to_thread(
-                build_snapshot, live, max_log_limit=self._max_log_limit
+                _build_snapshot, live, max_log_limit=self._max_log_limit
             )
         except ConfigError as exc:
             self.status.invalid += 1
@@ -152,12 +149,12 @@ class SnapshotReloader:
         self._commit(live, snapshot, source="database")
         return True
 
-    def _read(self) -> LiveDocuments | None:
+    def _read(self) -> _LiveDocuments | None:
         """The live documents when the change token moved (or the cache is serving), else None."""
         token = self._store.change_token()
         if token == self._token and self.status.source == "database":
             return None
-        return read_live(self._store)
+        return _read_live(self._store)
 
     def start(self) -> None:
         self._periodic.start()
@@ -165,10 +162,10 @@ class SnapshotReloader:
     async def stop(self) -> None:
         await self._periodic.stop()
 
-    def _take(self, live: LiveDocuments, *, source: str) -> None:
-        self._commit(live, build_snapshot(live, max_log_limit=self._max_log_limit), source=source)
+    def _take(self, live: _LiveDocuments, *, source: str) -> None:
+        self._commit(live, _build_snapshot(live, max_log_limit=self._max_log_limit), source=source)
 
-    def _commit(self, live: LiveDocuments, snapshot: Snapshot, *, source: str) -> None:
+    def _commit(self, live: _LiveDocuments, snapshot: Snapshot, *, source: str) -> None:
         self._install(snapshot)
         changed = snapshot.version != self.status.version
         self._token = live.token
@@ -177,7 +174,7 @@ class SnapshotReloader:
         self.status.loads += 1
         if source == "database" and self._cache_path is not None:
             try:
-                write_cache(self._cache_path, live)
+                _write_cache(self._cache_path, live)
             except OSError as exc:
                 log.warning("could not write the snapshot cache %s: %s", self._cache_path, exc)
         if changed:
@@ -206,3 +203,61 @@ def _seen(read: asyncio.Future[object]) -> None:
     not be logged as an exception never retrieved."""
     if not read.cancelled():
         read.exception()
+
+
+# -- from the config database to a snapshot, and the local cache of what was served ------
+
+
+@dataclass(frozen=True)
+class _LiveDocuments:
+    """The live document of every domain, as of change token ``token``."""
+
+    token: int
+    documents: dict[str, tuple[int, str]]  # domain -> (version, YAML document)
+
+    @property
+    def version(self) -> str:
+        """A readable identity of this set of versions, e.g. ``edge@v3,internal@v1``."""
+        return ",".join(f"{d}@v{v}" for d, (v, _) in sorted(self.documents.items()))
+
+
+def _read_live(store: PolicyStore) -> _LiveDocuments:
+    # The token is read first: a publish racing this read makes the next poll load again,
+    # never skip a change.
+    token = store.change_token()
+    current = store.current()
+    return _LiveDocuments(token, {d: (s.version, s.document) for d, s in current.items()})
+
+
+def _build_snapshot(live: _LiveDocuments, *, max_log_limit: int) -> Snapshot:
+    """Validate every document again (the database is not trusted to hold only what this
+    version of Sluice accepts) and compile them; ConfigError if any is invalid."""
+    policies = load_sources(
+        ((f"database:{d}@v{v}", doc) for d, (v, doc) in sorted(live.documents.items())),
+        max_log_limit=max_log_limit,
+    )
+    return Snapshot(policies, version=live.version)
+
+
+def _write_cache(path: Path, live: _LiveDocuments) -> None:
+    """Replace the cache file atomically: a crash mid-write leaves the previous one intact."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"token": live.token, "documents": {d: list(v) for d, v in live.documents.items()}}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(body, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_cache(path: Path) -> _LiveDocuments | None:
+    """The cached documents, or None when there is no usable cache file."""
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        documents = {str(d): (int(v), str(doc)) for d, (v, doc) in body["documents"].items()}
+        return _LiveDocuments(int(body["token"]), documents)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

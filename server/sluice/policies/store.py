@@ -3,7 +3,7 @@
 The store deals only in documents: one opaque text per domain, validated elsewhere. Every
 change appends an immutable row to ``policy_versions``, so history, rollback and diff need
 nothing more than reading old rows. SQLite is the default; PostgreSQL is used when the URL
-says so.
+says so (see :mod:`sluice.db`).
 
 Writers are serialised (``BEGIN IMMEDIATE`` on SQLite, a transaction-scoped advisory lock on
 PostgreSQL). Publishing is rare, and serialising it keeps ids in commit order, which is what
@@ -13,45 +13,23 @@ constraint stays as a backstop.
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from alembic import command
-from alembic.config import Config
-from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, Row, create_engine, event, func, insert, select, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy.exc import IntegrityError
 
-from sluice.errors import ConfigDatabaseError, SluiceError, StaleVersionError
-from sluice.policies.tables import policy_versions
-from sluice.redaction import redact_url
+from sluice.db import Database
+from sluice.db.tables import policy_versions
+from sluice.errors import StaleVersionError
 
-__all__ = ["PolicyStore", "StoredPolicy", "schema_head"]
+__all__ = ["PolicyStore", "StoredPolicy"]
 
-_MIGRATIONS = Path(__file__).with_name("migrations")
-
-# Long enough to ride out another process's publish or migration, short enough to surface a
-# wedged writer as an error rather than a hang.
-_SQLITE_BUSY_TIMEOUT_MS = 30_000
-_PG_CONNECT_TIMEOUT_S = 10
-
-# Advisory lock keys: "sluice" in ASCII followed by a small number, unlikely to collide with
-# locks other applications take in a shared database.
-_UPGRADE_LOCK = 0x736C_7569_6365_0001
+# The publishers' advisory lock on PostgreSQL: "sluice" in ASCII followed by a small number
+# (schema upgrades take 1, see sluice.db.database).
 _PUBLISH_LOCK = 0x736C_7569_6365_0002
-
-# Read by the SQLite "begin" hook: writers must take the write lock when the transaction
-# starts. A deferred transaction that reads and then writes fails at once with SQLITE_BUSY
-# under WAL if another process wrote in between, and the busy timeout does not help there.
-_SQLITE_IMMEDIATE = "sluice_sqlite_immediate"
 
 _MAX_DOMAIN_LENGTH = 255
 
@@ -74,36 +52,20 @@ class StoredPolicy:
     restored_from: int | None = None  # a rollback: the version whose document it restores
 
 
-def schema_head() -> str:
-    """The newest schema revision this code knows."""
-    from alembic.script import ScriptDirectory
-
-    config = Config()
-    config.set_main_option("script_location", str(_MIGRATIONS).replace("%", "%%"))
-    head = ScriptDirectory.from_config(config).get_current_head()
-    assert head is not None
-    return head
-
-
 class PolicyStore:
-    """The config database: the latest policy document of every domain, and all before it.
+    """The latest policy document of every domain, and all before it, in the config database.
 
-    Thread-safe; every process sharing one database needs its own store.
+    Given a URL it opens (and closes) a :class:`~sluice.db.Database` of its own; given a
+    ``Database`` it shares it with the other stores built on it, and leaves closing it to
+    whoever opened it. Thread-safe; every process sharing one database needs its own store.
     """
 
-    def __init__(self, url: str) -> None:
-        self._redacted = redact_url(url)
-        self._secrets: tuple[str, ...] = ()
-        with self.translated("open"):
-            parsed = _normalise(make_url(url))
-            if parsed.password:
-                password = str(parsed.password)
-                self._secrets = (password, quote(password, safe=""))
-            self._engine = _create_engine(parsed)
-        self._sqlite = self._engine.dialect.name == "sqlite"
+    def __init__(self, database: Database | str) -> None:
+        self._owned = not isinstance(database, Database)
+        self._db = Database(database) if isinstance(database, str) else database
 
     def __repr__(self) -> str:
-        return f"PolicyStore({self._redacted!r})"
+        return f"PolicyStore({self._db.redacted_url!r})"
 
     def __enter__(self) -> PolicyStore:
         return self
@@ -111,22 +73,18 @@ class PolicyStore:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def upgrade(self, revision: str = "head") -> None:
-        """Bring the schema to the newest revision this code knows; a no-op when it is there.
+    @property
+    def database(self) -> Database:
+        """The database this store keeps its table in, for the stores of other tables."""
+        return self._db
 
-        Safe to call from several processes at once: they take turns, and the later ones find
-        nothing to do.
-        """
-        config = Config()
-        # Config values go through ConfigParser interpolation, which treats "%" specially.
-        config.set_main_option("script_location", str(_MIGRATIONS).replace("%", "%%"))
-        with self.translated("schema upgrade"), self._writing(_UPGRADE_LOCK) as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
+    def upgrade(self, revision: str = "head") -> None:
+        """Bring the database's schema up to date (:meth:`sluice.db.Database.upgrade`)."""
+        self._db.upgrade(revision)
 
     def current(self) -> dict[str, StoredPolicy]:
         """The latest version of every domain that has a policy, sorted by domain."""
-        with self.translated("read current policies"), self._engine.connect() as conn:
+        with self._db.translated("read current policies"), self._db.engine.connect() as conn:
             latest = _latest(conn, None)
         return {domain: _policy(row) for domain, row in latest.items() if row.document is not None}
 
@@ -150,7 +108,7 @@ class PolicyStore:
         expected = dict(expected_versions or {})
         _check_domains([*documents, *expected])
         seen: dict[str, int] = {}
-        with self.translated("publish"):
+        with self._db.translated("publish"):
             try:
                 return self._publish(
                     documents, author, comment, expected, seen, dict(restored_from or {})
@@ -164,7 +122,7 @@ class PolicyStore:
     def change_token(self) -> int:
         """A number that grows with every publish that changed something; 0 when empty."""
         query = select(func.coalesce(func.max(policy_versions.c.id), 0))
-        with self.translated("read change token"), self._engine.connect() as conn:
+        with self._db.translated("read change token"), self._db.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
     def history(self, domain: str) -> list[StoredPolicy]:
@@ -174,17 +132,14 @@ class PolicyStore:
             .where(policy_versions.c.domain == domain)
             .order_by(policy_versions.c.version.desc())
         )
-        with self.translated("read history"), self._engine.connect() as conn:
+        with self._db.translated("read history"), self._db.engine.connect() as conn:
             return [_policy(row) for row in conn.execute(query)]
 
-    @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine, for other tables in the same database (usage telemetry)."""
-        return self._engine
-
     def close(self) -> None:
-        """Close pooled connections; the store may still be used and will reconnect."""
-        self._engine.dispose()
+        """Close the pooled connections of a database the store opened itself; it may still be
+        used and will reconnect."""
+        if self._owned:
+            self._db.close()
 
     def _publish(
         self,
@@ -197,7 +152,7 @@ class PolicyStore:
     ) -> dict[str, int]:
         # One timestamp for the whole publish: it is one change, made at one moment.
         now = datetime.now(UTC)
-        with self._writing(_PUBLISH_LOCK) as conn:
+        with self._db.writing(_PUBLISH_LOCK) as conn:
             domains = {*documents, *expected}
             latest = _latest(conn, domains)
             seen.update({d: latest[d].version if d in latest else 0 for d in domains})
@@ -227,105 +182,12 @@ class PolicyStore:
 
     def _stale_domain(self, seen: Mapping[str, int]) -> StaleVersionError | None:
         """After a unique-constraint clash, name a domain some other writer moved on."""
-        with self._engine.connect() as conn:
+        with self._db.engine.connect() as conn:
             latest = _latest(conn, seen.keys())
         for domain in sorted(latest):
             if latest[domain].version != seen[domain]:
                 return StaleVersionError(domain, seen[domain], latest[domain].version)
         return None
-
-    @contextmanager
-    def _writing(self, lock: int) -> Iterator[Connection]:
-        """A connection inside a write transaction that holds the writers' lock."""
-        with self._engine.connect() as conn:
-            if self._sqlite:
-                conn.execution_options(**{_SQLITE_IMMEDIATE: True})
-            with conn.begin():
-                if not self._sqlite:
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})
-                yield conn
-
-    @contextmanager
-    def translated(self, action: str) -> Iterator[None]:
-        """Turn driver and migration failures into ConfigDatabaseError without the password."""
-        try:
-            yield
-        except SluiceError:
-            raise
-        except (SQLAlchemyError, CommandError, OSError, ImportError) as exc:
-            cause = exc.orig if isinstance(exc, DBAPIError) else exc
-            detail = (str(cause).strip().splitlines() or [""])[0]
-            for secret in self._secrets:
-                detail = detail.replace(secret, "***")
-            message = f"config database {self._redacted}: {action} failed: "
-            raise ConfigDatabaseError(f"{message}{type(cause).__name__}: {detail}") from exc
-
-
-def _normalise(url: URL) -> URL:
-    """Pick the psycopg 3 driver for bare PostgreSQL URLs; refuse backends never tested."""
-    if url.drivername in ("postgresql", "postgres"):
-        url = url.set(drivername="postgresql+psycopg")
-    if url.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ConfigDatabaseError(
-            f"unsupported config database {url.render_as_string(hide_password=True)}: "
-            "use a sqlite:/// or postgresql:// URL"
-        )
-    return url
-
-
-def _create_engine(url: URL) -> Engine:
-    if url.get_backend_name() == "postgresql":
-        connect_args = (
-            {} if "connect_timeout" in url.query else {"connect_timeout": _PG_CONNECT_TIMEOUT_S}
-        )
-        # pre_ping: a restarted PostgreSQL must not cost the next request its query.
-        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
-    database = url.database or ""
-    if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
-    event.listen(engine, "connect", _sqlite_connect)
-    event.listen(engine, "begin", _sqlite_begin)
-    return engine
-
-
-def _sqlite_connect(dbapi_connection: Any, _record: object) -> None:
-    # Take transaction control away from pysqlite, which defers BEGIN to the first write and
-    # runs DDL outside any transaction; _sqlite_begin issues BEGIN itself.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        # Wait for the other process instead of failing with "database is locked".
-        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
-        _use_wal(cursor)
-    finally:
-        cursor.close()
-
-
-def _use_wal(cursor: Any) -> None:
-    """Put the database in WAL mode, which lets readers in one process carry on while another
-    publishes. The mode is kept in the file, so only a new database is ever switched.
-
-    Switching reads under a shared lock, then needs an exclusive one. When several connections
-    switch a new database at once, SQLite refuses all but one at once (waiting could deadlock)
-    without calling the busy handler, so busy_timeout does not apply: retry within it.
-    """
-    if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-        return
-    deadline = time.monotonic() + _SQLITE_BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.005)  # the connection that won holds its lock for a moment only
-
-
-def _sqlite_begin(conn: Connection) -> None:
-    immediate = conn.get_execution_options().get(_SQLITE_IMMEDIATE, False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _latest(conn: Connection, domains: Collection[str] | None) -> dict[str, Row[Any]]:

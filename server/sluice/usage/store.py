@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import Table, and_, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from sluice.policies.store import PolicyStore
-from sluice.policies.tables import usage_counts, usage_offenders
+from sluice.db import Database
+from sluice.db.tables import usage_counts, usage_offenders
 from sluice.usage.recorder import COUNTER_NAMES
 
 __all__ = ["UsagePoint", "UsageStore"]
@@ -36,10 +36,9 @@ class UsagePoint:
 
 
 class UsageStore:
-    def __init__(self, store: PolicyStore) -> None:
-        self._db = store
-        dialect = store.engine.dialect.name
-        self._insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._insert = postgresql.insert if database.dialect == "postgresql" else sqlite.insert
 
     def add(
         self,

@@ -3,6 +3,10 @@
 Migrations under ``migrations/versions`` are written out by hand and never import this module,
 so that an old migration keeps creating the schema it created on the day it was written.
 Keep the two in step: a change here needs a new migration.
+
+The admin app's ``admin_users`` table (migration 0004) is defined in ``sluice_admin.accounts``:
+the server never touches it, but its migration belongs to the one schema history every process
+that upgrades the database runs.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from sqlalchemy.types import TypeDecorator
 
 __all__ = [
     "UTCDateTime",
-    "admin_users",
     "metadata",
     "policy_versions",
     "usage_counts",
@@ -113,15 +116,4 @@ usage_offenders = Table(
     Column("bucket_s", BigInteger, primary_key=True),
     Column("key", String(1024), primary_key=True),
     Column("hits", BigInteger, nullable=False),
-)
-
-# Users of the admin app (besides those given by the --admin-users setting). Only a slow,
-# salted hash of each password is stored; role is "viewer" or "editor".
-admin_users = Table(
-    "admin_users",
-    metadata,
-    Column("name", String(255), primary_key=True),
-    Column("role", String(16), nullable=False),
-    Column("password_hash", String(512), nullable=False),
-    Column("created_at", UTCDateTime(), nullable=False),
 )
