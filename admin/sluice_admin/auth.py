@@ -11,10 +11,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 
 from sluice_admin.throttle import SignInLimiter
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Role",
@@ -123,11 +126,20 @@ MAX_NAME_LENGTH = 255  # what `sluice admin-user add` accepts
 
 
 def sign_in(
-    accounts: dict[str, Account], limiter: SignInLimiter, name: str, password: str
+    accounts: dict[str, Account],
+    limiter: SignInLimiter,
+    name: str,
+    password: str,
+    address: str | None = None,
 ) -> User | None:
     """The user, or None for a wrong name or password; SignInRefused when there were too many
-    attempts for the name, SignInUnavailable when the limiter cannot tell."""
+    attempts (for the name, from the address, or failures overall), SignInUnavailable when the
+    limiter cannot tell. Failures are logged with the client's address."""
     if not name or len(name) > MAX_NAME_LENGTH:
         return None  # no such user can exist: neither counted nor hashed
-    limiter.attempt(name)  # before the hash: a throttled attempt costs no scrypt either
-    return check_credentials(accounts, name, password)
+    limiter.attempt(name, address)  # before the hash: a throttled attempt costs no scrypt
+    user = check_credentials(accounts, name, password)
+    if user is None:
+        limiter.failed()
+        log.warning("sign-in failed for %r from %s", name, address or "an unknown address")
+    return user

@@ -100,7 +100,9 @@ def sign_in_as(name: str, password: str) -> str | None:
             "`sluice admin-user add NAME --role editor` (or set SLUICE_ADMIN_USERS)."
         )
     try:
-        signed_in = sign_in(accounts, _limiter(s.database_url, s), name, password)
+        # The address Streamlit saw (None for localhost); behind a proxy it is the proxy's.
+        address = st.context.ip_address
+        signed_in = sign_in(accounts, _limiter(s.database_url, s), name, password, address)
     except (SignInRefused, SignInUnavailable) as exc:
         return str(exc)
     if signed_in is None:

@@ -60,6 +60,49 @@ def test_five_attempts_then_one_every_twelve_seconds_per_name() -> None:
     limiter.attempt("bob")  # per name
 
 
+def test_spraying_names_from_one_address_is_refused_after_twenty() -> None:
+    # The attack found: 20 names x 5 guesses = 100 checks, all let through by a per-name limit.
+    accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
+    limiter = SignInLimiter(clock=ManualClock(1000.0))
+    outcomes = []
+    for guess in range(5):
+        for n in range(20):
+            try:
+                sign_in(accounts, limiter, f"user{n}", f"guess{guess}", "203.0.113.9")
+                outcomes.append("checked")
+            except SignInRefused as exc:
+                outcomes.append(str(exc))
+    assert outcomes[:20] == ["checked"] * 20
+    assert outcomes[20:] == ["Too many sign-in attempts from your address. Try again in 3 s."] * 80
+    # Another address is not held back by this one.
+    assert sign_in(accounts, limiter, "ann", "right", "198.51.100.7") == User("ann", Role.EDITOR)
+
+
+def test_failed_sign_ins_overall_have_a_ceiling(caplog: pytest.LogCaptureFixture) -> None:
+    accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
+    clock = ManualClock(1000.0)
+    limiter = SignInLimiter(clock=clock)
+    # Sixty failures, each from its own address and name: no per-name or per-address limit.
+    for n in range(60):
+        assert sign_in(accounts, limiter, f"user{n}", "guess", f"10.0.0.{n}") is None
+    assert caplog.messages[-1] == "sign-in failed for 'user59' from 10.0.0.59"
+    with pytest.raises(SignInRefused) as refused:
+        sign_in(accounts, limiter, "ann", "right", "192.0.2.1")
+    expected = "Too many failed sign-ins just now, from anywhere. Try again in 60 s."
+    assert str(refused.value) == expected
+    clock.advance(1.0)  # one failure's worth of the ceiling (60 a minute) is back
+    assert sign_in(accounts, limiter, "ann", "right", "192.0.2.1") == User("ann", Role.EDITOR)
+
+
+def test_successful_sign_ins_do_not_count_as_failures() -> None:
+    accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
+    clock = ManualClock(1000.0)
+    limiter = SignInLimiter(clock=clock)
+    for _ in range(70):
+        clock.advance(13.0)  # within the per-name and per-address limits
+        assert sign_in(accounts, limiter, "ann", "right", "192.0.2.1") is not None
+
+
 def test_a_throttled_name_is_refused_even_with_the_right_password() -> None:
     accounts = {"ann": Account("ann", Role.EDITOR, hash_password("right"))}
     clock = ManualClock()
