@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from sluice.algorithms import DEFAULT_ALGORITHM
+from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.model import DomainPolicy, Rule
 from sluice.policies.yaml_format import dump_policy, rule_document
 
@@ -138,7 +138,7 @@ class LimitFields:
 
     def document(self) -> Doc:
         doc: Doc = {"unit": self.unit, "requests_per_unit": self.requests_per_unit}
-        if self.algorithm != DEFAULT_ALGORITHM.name:
+        if ALGORITHMS.get(self.algorithm) is not DEFAULT_ALGORITHM:
             doc["algorithm"] = self.algorithm
         if self.burst is not None:
             doc["burst"] = self.burst

@@ -121,7 +121,8 @@ def _summary(rule: Rule) -> str:
     elif rule.limits:
         parts = []
         for limit in rule.limits:
-            extra = [] if limit.algorithm == DEFAULT_ALGORITHM.name else [limit.algorithm]
+            default = ALGORITHMS[limit.algorithm] is DEFAULT_ALGORITHM
+            extra = [] if default else [limit.algorithm]
             if limit.burst is not None:
                 extra.append(f"burst {limit.burst}")
             more = f" ({', '.join(extra)})" if extra else ""

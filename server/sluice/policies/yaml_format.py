@@ -598,7 +598,7 @@ def _limit_document(limit: RateLimit) -> dict[str, Any]:
         "unit": limit.unit.name.lower(),
         "requests_per_unit": limit.requests_per_unit,
     }
-    if limit.algorithm != DEFAULT_ALGORITHM.name:
+    if ALGORITHMS[limit.algorithm] is not DEFAULT_ALGORITHM:
         doc["algorithm"] = limit.algorithm
     if limit.burst is not None:
         doc["burst"] = limit.burst
