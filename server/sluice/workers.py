@@ -236,7 +236,7 @@ class Supervisor:
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
         if self._stopping:
             clean = code == 0 or (not worker.ready and -code in (signal.SIGTERM, signal.SIGINT))
-            if not clean:
+            if not clean and self._exit_code == 0:  # keep the code of a failed start
                 self._exit_code = 1
             log.log(
                 logging.INFO if clean else logging.ERROR,
