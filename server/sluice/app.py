@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -63,15 +64,21 @@ class Sluice:
     """One server: the gRPC port and the HTTP port over one limiter and one snapshot."""
 
     def __init__(
-        self, settings: Settings, *, clock: Clock | None = None, backend: Backend | None = None
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        backend: Backend | None = None,
+        metrics_dir: str | None = None,
     ) -> None:
+        """``metrics_dir``: one of ``--workers`` processes, whose metrics are added up there."""
         self.settings = settings
         self.tls = ServerTls.from_settings(settings)
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
         self.backend = backend if backend is not None else make_backend(settings)
         self.recorder = UsageRecorder(near_limit_ratio=settings.near_limit_ratio)
-        self.metrics = Metrics(self._metric_state)
+        self.metrics = Metrics(self._metric_state, multiprocess_dir=metrics_dir)
         self.limiter = RateLimiter(
             lambda: self.snapshot,
             self.backend,
@@ -147,12 +154,16 @@ class Sluice:
 
     async def start(self) -> None:
         s = self.settings
+        # Several worker processes (--workers) listen on the same ports; the kernel spreads
+        # connections between them.
+        shared_ports = s.worker_count > 1
         self._grpc = GrpcServer(
             self.limiter,
             s.host,
             s.grpc_port,
             metrics=self.metrics,
             credentials=self.tls.grpc_credentials() if self.tls else None,
+            reuse_port=shared_ports,
         )
         self.grpc_port = self._grpc.port
         await self._grpc.start()
@@ -173,6 +184,7 @@ class Sluice:
             s.host,
             s.http_port,
             ssl_context=self.tls.http_context() if self.tls else None,
+            reuse_port=True if shared_ports else None,
         )
         await site.start()
         sockets = site._server.sockets if site._server is not None else ()  # noqa: SLF001
@@ -181,6 +193,7 @@ class Sluice:
             self.reloader.start()
         if self.flusher is not None:
             self.flusher.start()
+        self.metrics.start()
         self._serving = True
         log.info(
             "gRPC on %s:%d, HTTP on %s:%d, %s",
@@ -214,20 +227,25 @@ class Sluice:
             await self._http.cleanup()
         if self.flusher is not None:
             await self.flusher.stop()
+        await self.metrics.stop()
         await self.backend.close()
 
-    async def run_until_signal(self) -> None:
+    async def run_until_signal(self, started: Callable[[], None] | None = None) -> None:
         """Serve until SIGTERM or SIGINT, drain, and end the process with exit code 0.
 
         It ends here, at once (``os._exit``), once everything Sluice holds is stopped and
         flushed: unwinding would shut grpc down (cancelling calls that arrive meanwhile) and
         join worker threads, which a hung config database can hold for many minutes.
+
+        ``started`` is called once both ports serve.
         """
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await self.start()
+        if started is not None:
+            started()
         await stop.wait()
         log.info("signal received: draining for up to %.1fs", self.settings.shutdown_grace_s)
         await self.stop(exiting=True)

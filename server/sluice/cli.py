@@ -13,7 +13,7 @@ import getpass
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 
@@ -24,7 +24,7 @@ from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import dump_policies, load_path
 from sluice.settings import Settings, add_arguments, from_arguments
 
-__all__ = ["main"]
+__all__ = ["main", "run_reporting_errors"]
 
 log = logging.getLogger("sluice")
 
@@ -49,8 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    return run_reporting_errors(lambda: args.handler(args, settings))
+
+
+def run_reporting_errors(command: Callable[[], int]) -> int:
+    """Run ``command``; Sluice's errors become a message on stderr and their exit code."""
     try:
-        return args.handler(args, settings)
+        return command()
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -213,12 +218,22 @@ def _settings(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from sluice.app import Sluice  # the server stack is only imported when serving
+    workers = settings.worker_count
+    if workers > 1:
+        from sluice.workers import refusal
 
+        problem = refusal(settings)
+        if problem is not None:
+            print(f"sluice: {problem}", file=sys.stderr)
+            return 2
     limit = settings.max_sliding_log_limit
     policies = load_path(args.config, max_log_limit=limit) if args.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
-    sluice = Sluice(settings)
+    if workers == 1:
+        from sluice.app import Sluice  # the server stack is only imported when serving
+
+        sluice = Sluice(settings)
+    # With --workers the import and the upgrade happen here, once, before any worker starts.
     with PolicyStore(settings.database_url) as store:
         try:
             store.upgrade()
@@ -232,6 +247,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
                 policies, author=_author(args), comment=f"sluice serve --config {args.config}"
             )
             log.info("imported %s: %s", args.config, changed or "no changes")
-        sluice.attach(store)
-        asyncio.run(sluice.run_until_signal())
-    return 0
+        if workers == 1:
+            sluice.attach(store)
+            asyncio.run(sluice.run_until_signal())
+            return 0
+    from sluice.workers import Supervisor
+
+    return Supervisor(settings, workers).run()

@@ -120,6 +120,11 @@ class Settings:
     shutdown_grace_s: float = _setting(
         10.0, "On SIGTERM: how long in-flight calls may take to finish."
     )
+    workers: str = _setting(
+        "1",
+        "Server processes sharing both ports (SO_REUSEPORT), under a supervisor when above 1; "
+        "auto: one per CPU this process may run on. Above 1 needs --backend redis.",
+    )
     log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR.")
 
     @property
@@ -131,6 +136,13 @@ class Settings:
             max_key_length=self.max_key_length,
             max_value_length=self.max_value_length,
         )
+
+    @property
+    def worker_count(self) -> int:
+        """``workers`` as a number: ``auto`` is the CPUs this process may run on."""
+        if self.workers.strip().lower() == "auto":
+            return len(os.sched_getaffinity(0))
+        return int(self.workers)
 
     @property
     def snapshot_cache_path(self) -> Path | None:
@@ -264,6 +276,11 @@ def _validate(settings: Settings) -> None:
         raise ValueError(
             f"{flag_name('tls_client_ca_file')}: client certificates need TLS: "
             f"set {flag_name('tls_cert_file')} and {flag_name('tls_key_file')} too"
+        )
+    workers = settings.workers.strip().lower()
+    if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
+        raise ValueError(
+            f"{flag_name('workers')}: '{settings.workers}' is not auto or a number >= 1"
         )
     for name in ("redis_timeout_ms", "redis_pool_size", "local_cache_max_keys"):
         if getattr(settings, name) < 1:

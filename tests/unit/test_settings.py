@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -54,6 +55,8 @@ def test_boolean_flags_have_a_negative_form() -> None:
         ),
         (("--redis-key-prefix", "a{b}:"), {}, "--redis-key-prefix: may not contain '{' or '}'"),
         (("--redis-pool-size", "0"), {}, "--redis-pool-size: must be at least 1"),
+        (("--workers", "0"), {}, "--workers: '0' is not auto or a number >= 1"),
+        ((), {"SLUICE_WORKERS": "many"}, "--workers: 'many' is not auto or a number >= 1"),
     ],
 )
 def test_bad_values_name_their_source(argv: tuple[str, ...], environ: dict, message: str) -> None:
@@ -111,6 +114,14 @@ def test_an_unreadable_secret_file_names_its_source(tmp_path: Path) -> None:
     assert str(info.value) == (
         f"SLUICE_REDIS_URL_FILE: cannot read {missing}: No such file or directory"
     )
+
+
+def test_workers_auto_is_the_cpus_this_process_may_run_on() -> None:
+    assert from_arguments(parse("--workers", "auto"), {}).worker_count == len(
+        os.sched_getaffinity(0)
+    )
+    assert from_arguments(parse(), {"SLUICE_WORKERS": "3"}).worker_count == 3
+    assert from_arguments(parse(), {}).worker_count == 1
 
 
 def test_local_cache_flag_has_a_negative_form() -> None:

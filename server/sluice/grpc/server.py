@@ -27,10 +27,13 @@ class GrpcServer:
         *,
         metrics: Metrics | None = None,
         credentials: grpc.ServerCredentials | None = None,
+        reuse_port: bool = False,
     ) -> None:
+        """``reuse_port``: share the port with other processes that set it too (workers);
+        otherwise binding a port another server holds fails."""
         self._server = grpc.aio.server(
             options=[
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
             ]
         )
