@@ -21,7 +21,7 @@ from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.redis.scripts import ApplyScript, decode_result, encode_args
-from tests.unit.algorithms._properties import start_times, time_steps
+from tests.support.algorithm_properties import start_times, time_steps
 
 
 class Harness:
