@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.processes import free_port, wait_until
+from tests.support.processes import free_port, redis_server_args, wait_until
 
 __all__ = [
     "RedisProcess",
@@ -67,13 +67,9 @@ class RedisProcess:
         if config_file is not None:
             argv.append(str(config_file))
         argv += [
-            *(["--port", str(self.port)] if config_file is None else []),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.workdir),
+            *redis_server_args(self.workdir, self.port if config_file is None else None),
             *self.args,
-        ]  # fmt: skip
+        ]
         log = (self.workdir / "redis.log").open("a")
         self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -106,19 +102,7 @@ def throwaway_redis(workdir: Path) -> Iterator[str]:
     binary = redis_binary("redis-server")
     port = free_port()
     process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
+        [binary, *redis_server_args(workdir, port)],
         stdout=(workdir / "redis.log").open("w"),
         stderr=subprocess.STDOUT,
     )
