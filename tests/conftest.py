@@ -1,14 +1,40 @@
 """Configuration of the whole test run: the shared fixtures (``tests/support/fixtures.py``, a
-plugin) and Hypothesis's profiles."""
+plugin), the markers each test directory gives its tests, and Hypothesis's profiles.
+
+Markers (registered in pyproject.toml): ``faults``, ``abuse`` and ``e2e`` name a directory's
+tests; ``slow`` is every test of tests/faults plus each test elsewhere that takes more than
+about two seconds (marked where it is written). ``pytest -m "not slow"`` is the quick loop;
+CI runs everything (docs/testing.md).
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Fixtures every test package may use (Redis, PostgreSQL), from the one shared place.
 pytest_plugins = ["tests.support.fixtures"]
+
+TESTS = Path(__file__).resolve().parent
+
+# The markers every test below a directory of tests/ carries.
+DIRECTORY_MARKERS = {
+    "faults": ("faults", "slow"),  # each kills or freezes real servers under load: seconds
+    "abuse": ("abuse",),
+    "e2e": ("e2e",),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        relative = item.path.resolve().relative_to(TESTS)
+        for name in DIRECTORY_MARKERS.get(relative.parts[0], ()):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+
 
 # Locally every run explores new examples; CI replays a fixed sequence, so a submission's
 # result does not depend on the draw (run locally to hunt for new counterexamples).

@@ -121,6 +121,7 @@ def test_one_algorithm_matches_memory(harness: Harness, algorithm: str, data) ->
     _replay(harness, *data.draw(traffic((algorithm,))))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(case=traffic())
 def test_mixed_limits_match_memory(harness: Harness, case) -> None:
