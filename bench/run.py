@@ -44,6 +44,7 @@ from tests.support.processes import (
     free_port,
     redis_server_args,
     sluice_serve,
+    stop_process,
     wait_until,
 )
 
@@ -101,16 +102,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def policy_yaml(algorithm: str) -> str:
     def rule(key: str, limit: int) -> str:
         return (
@@ -163,7 +154,7 @@ class Redis:
 
     def close(self) -> None:
         self.client.close()
-        stop(self.proc)
+        stop_process(self.proc, 15)
 
 
 @dataclass
@@ -218,7 +209,7 @@ def serving(
             probe(server, target)
             yield server
         finally:
-            stop(proc)
+            stop_process(proc, 15)
         return
     policy = workdir / f"policy-{target.algorithm}.yaml"
     policy.write_text(policy_yaml(target.algorithm))

@@ -30,8 +30,10 @@ DIRECTORY_MARKERS = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        relative = item.path.resolve().relative_to(TESTS)
-        for name in DIRECTORY_MARKERS.get(relative.parts[0], ()):
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS):
+            continue
+        for name in DIRECTORY_MARKERS.get(path.relative_to(TESTS).parts[0], ()):
             if item.get_closest_marker(name) is None:
                 item.add_marker(name)
 

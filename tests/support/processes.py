@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "SluiceProcess",
@@ -23,6 +24,7 @@ __all__ = [
     "redis_server_args",
     "run_sluice",
     "sluice_serve",
+    "stop_process",
     "wait_until",
 ]
 
@@ -41,6 +43,18 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
             return
         time.sleep(interval_s)
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> int:
+    """SIGTERM, then SIGKILL if it still runs after ``timeout_s``; its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 def redis_server_args(workdir: Path, port: int | None = None) -> list[str]:
@@ -86,14 +100,7 @@ class SluiceProcess:
         return self.log_path.read_text(errors="replace")
 
     def terminate(self, timeout_s: float = 20) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, timeout_s)
 
 
 def _healthy(url: str, context: ssl.SSLContext | None = None) -> bool:

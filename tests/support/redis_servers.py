@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.processes import free_port, redis_server_args, wait_until
+from tests.support.processes import free_port, redis_server_args, stop_process, wait_until
 
 __all__ = [
     "RedisProcess",
@@ -113,12 +113,7 @@ def throwaway_redis(workdir: Path) -> Iterator[str]:
             pytest.fail(f"redis-server exited: {(workdir / 'redis.log').read_text()}")
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 10)
 
 
 @contextlib.contextmanager
