@@ -17,25 +17,36 @@ See docs/benchmarks.md for what the columns mean and the last measured numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+# bench/ for loadgen, the repository root for the tests' process helpers (tests/support).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from loadgen import Result, Workload, h2load_available, run_h2load, run_python  # noqa: E402
 
 from sluice.algorithms import ALGORITHMS
+from tests.support.processes import (
+    free_port,
+    redis_server_args,
+    sluice_serve,
+    stop_process,
+    wait_until,
+)
 
 HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
@@ -81,12 +92,6 @@ class Row:
 # --- processes -------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def pinned(cpu: int | None, command: list[str]) -> list[str]:
     return ["taskset", "-c", str(cpu), *command] if cpu is not None else command
 
@@ -95,16 +100,6 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of every thread of ``pid`` (gRPC's own threads included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def policy_yaml(algorithm: str) -> str:
@@ -133,29 +128,17 @@ class Redis:
 
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        command = [
-            "redis-server",
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ]
+        command = ["redis-server", *redis_server_args(workdir, self.port)]
         self.proc = subprocess.Popen(pinned(cpu, command), stdout=subprocess.DEVNULL)
         self.client = redis.Redis(port=self.port)
-        for _ in range(100):
+
+        def answers() -> bool:
             try:
-                self.client.ping()
-                break
+                return bool(self.client.ping())
             except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("redis-server did not start")
+                return False
+
+        wait_until(answers, 5, "redis-server")
 
     def stats(self) -> tuple[int, int, int]:
         """(commands, script calls, socket reads) so far; the harness's INFO not counted."""
@@ -171,12 +154,12 @@ class Redis:
 
     def close(self) -> None:
         self.client.close()
-        stop(self.proc)
+        stop_process(self.proc, 15)
 
 
 @dataclass
 class Server:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[Any]
     grpc_port: int
     http_port: int | None
     log: Path
@@ -207,39 +190,45 @@ class Server:
         return total
 
 
-def start_server(target: Target, workdir: Path, cpu: int | None, redis: Redis | None) -> Server:
-    grpc_port = free_port()
-    log = workdir / f"{target.name}.log"
+@contextlib.contextmanager
+def serving(
+    target: Target, workdir: Path, cpu: int | None, redis: Redis | None
+) -> Iterator[Server]:
+    """The target's server, pinned to ``cpu``, answering with the benchmark's rule; stopped
+    (SIGTERM) at the end."""
     if target.kind == "noop":
+        grpc_port = free_port()
+        log = workdir / f"{target.name}.log"
         command = [sys.executable, str(HERE / "noop_server.py"), "--port", str(grpc_port)]
-        http_port = None
-    else:
-        policy = workdir / f"policy-{target.algorithm}.yaml"
-        policy.write_text(policy_yaml(target.algorithm))
-        http_port = free_port()
-        command = [
-            str(VENV_BIN / "sluice"), "serve", "--config", str(policy),
-            "--database-url", f"sqlite:///{workdir / (target.name + '.db')}",
-            "--snapshot-cache", "", "--host", "127.0.0.1",
-            "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-            "--shutdown-grace-s", "1", "--log-level", "WARNING",
-        ]  # fmt: skip
-        if target.backend == "redis":
-            assert redis is not None
-            command += ["--backend", "redis", "--redis-url", redis.url]
-        if target.local_cache is not None:
-            command.append("--local-cache" if target.local_cache else "--no-local-cache")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            pinned(cpu, command), stdout=out, stderr=subprocess.STDOUT, cwd=workdir
-        )
-    server = Server(proc, grpc_port, http_port, log)
-    try:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                pinned(cpu, command), stdout=out, stderr=subprocess.STDOUT, cwd=workdir
+            )
+        try:
+            server = Server(proc, grpc_port, None, log)
+            probe(server, target)
+            yield server
+        finally:
+            stop_process(proc, 15)
+        return
+    policy = workdir / f"policy-{target.algorithm}.yaml"
+    policy.write_text(policy_yaml(target.algorithm))
+    extra_args = ["--snapshot-cache", "", "--shutdown-grace-s", "1", "--log-level", "WARNING"]
+    if target.backend == "redis":
+        assert redis is not None
+        extra_args += ["--backend", "redis", "--redis-url", redis.url]
+    if target.local_cache is not None:
+        extra_args.append("--local-cache" if target.local_cache else "--no-local-cache")
+    with sluice_serve(
+        workdir,
+        config=policy,
+        database_url=f"sqlite:///{workdir / (target.name + '.db')}",
+        extra_args=extra_args,
+        command_prefix=pinned(cpu, []),
+    ) as sluice:
+        server = Server(sluice.process, sluice.grpc_port, sluice.http_port, sluice.log_path)
         probe(server, target)
-    except Exception:
-        stop(proc)
-        raise
-    return server
+        yield server
 
 
 def probe(server: Server, target: Target) -> None:
@@ -320,8 +309,7 @@ def measure(args: argparse.Namespace, target: Target, workdir: Path, redis: Redi
     row = Row(target)
     if redis is not None:
         redis.client.flushall()
-    server = start_server(target, workdir, args.server_cpu, redis)
-    try:
+    with serving(target, workdir, args.server_cpu, redis) as server:
         workload = workload_for(target, args.keyspace, args.descriptors)
         if args.warmup > 0:
             drive(args, server, workload, "peak", args.warmup)
@@ -351,8 +339,6 @@ def measure(args: argparse.Namespace, target: Target, workdir: Path, redis: Redi
                 rate=args.rate_fraction * row.peak.rps,
             )
             row.server_errors += server.grpc_errors() - errors0
-    finally:
-        stop(server.proc)
     if server.proc.returncode not in (0, -signal.SIGTERM):
         row.notes.append(f"exit code {server.proc.returncode}, log {server.log}")
     return row

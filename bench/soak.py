@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import itertools
 import json
@@ -35,20 +36,23 @@ import re
 import secrets
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# bench/ for loadgen and run, the repository root for the tests' process helpers.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from loadgen import CALL_TIMEOUT_S, METHOD, percentile  # noqa: E402
-from run import Redis, Server, cpu_seconds, free_port, stop  # noqa: E402
+from run import Redis, Server, cpu_seconds  # noqa: E402
 
 from sluice.algorithms import ALGORITHMS
+from tests.support.processes import sluice_serve
 
 DOMAIN = "soak"
 MIB = 1024 * 1024
@@ -521,40 +525,26 @@ def write_out(path: Path, samples: list[Sample], verdict: Verdict, args: dict[st
 # --- processes -------------------------------------------------------------------------------
 
 
-def start_server(
+@contextlib.contextmanager
+def serving(
     workdir: Path, redis: Redis | None, token: str, log_level: str, server_args: list[str]
-) -> Server:
+) -> Iterator[Server]:
+    """``sluice serve`` with the soak's policy, healthy; stopped (SIGTERM) at the end."""
     policy = workdir / "policy.yaml"
     policy.write_text(policy_yaml(1))
-    grpc_port, http_port = free_port(), free_port()
-    command = [
-        sys.executable, "-m", "sluice", "serve", "--config", str(policy),
-        "--database-url", f"sqlite:///{workdir / 'soak.db'}",
-        "--host", "127.0.0.1", "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-        "--shutdown-grace-s", "1", "--log-level", log_level,
-    ]  # fmt: skip
+    extra_args = ["--shutdown-grace-s", "1", "--log-level", log_level]
     if redis is not None:
-        command += ["--backend", "redis", "--redis-url", redis.url]
-    command += server_args
-    # The token in the environment, not on the command line where `ps` shows it.
-    env = {**os.environ, "SLUICE_API_TOKEN": token}
-    log = workdir / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env)
-    server = Server(proc, grpc_port, http_port, log)
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"sluice serve exited: {log.read_text()[-2000:]}")
-        try:
-            if http("GET", f"http://127.0.0.1:{http_port}/healthcheck")[0] == 200:
-                return server
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            stop(proc)
-            raise RuntimeError(f"sluice serve did not become healthy: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
+        extra_args += ["--backend", "redis", "--redis-url", redis.url]
+    extra_args += server_args
+    with sluice_serve(
+        workdir,
+        config=policy,
+        database_url=f"sqlite:///{workdir / 'soak.db'}",
+        extra_args=extra_args,
+        # The token in the environment, not on the command line where `ps` shows it.
+        env={"SLUICE_API_TOKEN": token},
+    ) as sluice:
+        yield Server(sluice.process, sluice.grpc_port, sluice.http_port, sluice.log_path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -583,8 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         token = secrets.token_urlsafe(16)
         redis = Redis(workdir, cpu=None) if args.redis else None
         try:
-            server = start_server(workdir, redis, token, args.log_level, args.server_arg)
-            try:
+            with serving(workdir, redis, token, args.log_level, args.server_arg) as server:
                 print(
                     f"soak: {'redis' if redis else 'memory'} backend, {args.rate:g} calls/s for "
                     f"{args.duration:g} s, server pid {server.proc.pid}",
@@ -593,8 +582,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(header(), flush=True)
                 soak = Soak(args, server, redis, token)
                 asyncio.run(soak.run())
-            finally:
-                stop(server.proc)
         finally:
             if redis is not None:
                 redis.close()

@@ -1,16 +1,42 @@
-"""Fixtures shared across the test suites."""
+"""Configuration of the whole test run: the shared fixtures (``tests/support/fixtures.py``, a
+plugin), the markers each test directory gives its tests, and Hypothesis's profiles.
+
+Markers (registered in pyproject.toml): ``faults``, ``abuse`` and ``e2e`` name a directory's
+tests; ``slow`` is every test of tests/faults plus each test elsewhere that takes more than
+about two seconds (marked where it is written). ``pytest -m "not slow"`` is the quick loop;
+CI runs everything (docs/testing.md).
+"""
 
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import Iterator
+from pathlib import Path
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
-from psycopg import sql
-from sqlalchemy.engine import make_url
+
+# Fixtures every test package may use (Redis, PostgreSQL), from the one shared place.
+pytest_plugins = ["tests.support.fixtures"]
+
+TESTS = Path(__file__).resolve().parent
+
+# The markers every test below a directory of tests/ carries.
+DIRECTORY_MARKERS = {
+    "faults": ("faults", "slow"),  # each kills or freezes real servers under load: seconds
+    "abuse": ("abuse",),
+    "e2e": ("e2e",),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.resolve()
+        if not path.is_relative_to(TESTS):
+            continue
+        for name in DIRECTORY_MARKERS.get(path.relative_to(TESTS).parts[0], ()):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+
 
 # Locally every run explores new examples; CI replays a fixed sequence, so a submission's
 # result does not depend on the draw (run locally to hunt for new counterexamples).
@@ -29,31 +55,3 @@ if os.environ.get("SLUICE_FUZZ") == "nightly":
     settings.load_profile("nightly")
 elif os.environ.get("CI"):
     settings.load_profile("ci")
-
-# The machine-wide PostgreSQL used by integration tests (trust auth); override for CI.
-POSTGRES_ADMIN_URL = os.environ.get(
-    "SLUICE_TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """URL of a brand-new, empty PostgreSQL database, dropped again after the test.
-
-    Fails (never skips) when PostgreSQL is unreachable: a silent skip would hide that half
-    of the backend matrix stopped running.
-    """
-    name = f"sluice_test_{uuid.uuid4().hex}"
-    try:
-        admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL for tests not reachable at {POSTGRES_ADMIN_URL}: {exc}")
-    with admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
-            yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(False)
-        finally:
-            # FORCE: a store the test forgot to close must not keep the database alive.
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )

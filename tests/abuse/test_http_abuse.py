@@ -245,6 +245,7 @@ bodies = either(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=cases(ci=300, nightly=6000),
     deadline=None,

@@ -42,6 +42,7 @@ TOP_KEYS = 20  # the recorder's heavy hitters per rule
 
 # About a minute of CPU (two descriptors per value through the whole limiter): more than the
 # suite's default per-test timeout on a shared machine.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_million_values_keep_memory_within_its_bound() -> None:
     result = subprocess.run(
@@ -135,6 +136,7 @@ def request(n: int) -> RateLimitRequest:
     return RateLimitRequest("keys", tuple(descriptors))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(cases(ci=120, nightly=3600))
 def test_no_redis_key_is_left_without_a_ttl(redis_server: str) -> None:
     prefix = "abuse:"

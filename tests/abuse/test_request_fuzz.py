@@ -261,6 +261,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
+@pytest.mark.slow
 @settings(
     max_examples=cases(ci=500, nightly=70_000),
     deadline=None,  # a request of 64 long descriptors is slow on a busy machine, not wrong
@@ -394,6 +395,7 @@ def channel(server: SluiceProcess) -> Iterator[grpc.Channel]:
         yield ch
 
 
+@pytest.mark.slow
 @settings(
     max_examples=cases(ci=150, nightly=4000),
     deadline=None,

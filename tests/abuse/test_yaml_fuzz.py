@@ -237,6 +237,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=mutated_texts())
 # Regressions: each of these raised instead of naming the problem.
@@ -259,6 +260,7 @@ def test_near_valid_documents(text: str) -> None:
     check(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=alias_texts())
 def test_anchors_and_aliases_are_refused_quickly_when_they_explode(text: str) -> None:

@@ -7,10 +7,9 @@ import pytest
 from sluice.app import make_backend
 from sluice.settings import Settings
 from sluice_admin.throttle import SignInLimiter, SignInRefused
-from tests.integration.conftest import redis_server  # noqa: F401 (fixture)
 
 
-def test_replicas_on_one_redis_share_the_attempt_budget(redis_server: str) -> None:  # noqa: F811
+def test_replicas_on_one_redis_share_the_attempt_budget(redis_server: str) -> None:
     settings = Settings(backend="redis", redis_url=redis_server, redis_key_prefix="throttle-test:")
     first, second = (SignInLimiter(make_backend(settings)) for _ in range(2))
     for limiter in (first, second, first, second, first):

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import SluiceProcess
 
 CLIENT_DIR = Path(__file__).resolve().parents[2] / "clients" / "python"
@@ -35,6 +37,7 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_installs_alone_and_talks_to_sluice(
     tmp_path: Path, sluice: SluiceProcess, unique: str
 ) -> None:

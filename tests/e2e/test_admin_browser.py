@@ -66,6 +66,7 @@ def _until(predicate, timeout_s: float, what: str) -> float:  # noqa: ANN001
     return time.monotonic() - start
 
 
+@pytest.mark.slow
 def test_publish_watch_roll_back_in_a_browser(
     tmp_path: Path, database_url: str, admin_app: str
 ) -> None:

@@ -88,6 +88,7 @@ def browser_page() -> Iterator[playwright.Page]:
         browser.close()
 
 
+@pytest.mark.slow
 def test_every_page_needs_a_sign_in_even_by_url(
     tmp_path: Path, database_url: str, browser_page: playwright.Page
 ) -> None:
@@ -103,6 +104,7 @@ def test_every_page_needs_a_sign_in_even_by_url(
             assert page.get_by_text("shop").count() == 0  # no policy data leaks to the gate
 
 
+@pytest.mark.slow
 def test_user_written_text_is_shown_never_run(
     tmp_path: Path, database_url: str, browser_page: playwright.Page
 ) -> None:
@@ -140,6 +142,7 @@ def test_user_written_text_is_shown_never_run(
             assert page.locator("b[onclick]").count() == 0, title
 
 
+@pytest.mark.slow
 def test_an_oversized_upload_is_refused_and_nothing_published(
     tmp_path: Path, database_url: str, browser_page: playwright.Page
 ) -> None:
@@ -159,6 +162,7 @@ def test_an_oversized_upload_is_refused_and_nothing_published(
         assert [view.domain for view in PolicyService(store).domains()] == ["shop"]
 
 
+@pytest.mark.slow
 def test_the_admin_app_serves_https_with_the_servers_certificate(
     tmp_path: Path, database_url: str
 ) -> None:

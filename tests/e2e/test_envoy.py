@@ -21,8 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -35,34 +34,22 @@ from tests.support.envoy import (
     http_get,
     rewrite_ports,
 )
+from tests.support.envoy_example import (
+    ENVOY_CONFIG,
+    EXAMPLE_ADMIN,
+    EXAMPLE_LISTENER,
+    EXAMPLE_SLUICE,
+    EXAMPLE_UPSTREAM,
+    POLICY,
+    STATS,
+    UPSTREAM_BODY,
+    Upstream,
+)
 from tests.support.processes import SluiceProcess, free_port, sluice_serve
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "envoy"
-ENVOY_CONFIG = EXAMPLES / "envoy.yaml"
-POLICY = EXAMPLES / "ratelimit.yaml"
-
-# The ports written in examples/envoy/envoy.yaml.
-EXAMPLE_LISTENER, EXAMPLE_ADMIN, EXAMPLE_UPSTREAM, EXAMPLE_SLUICE = 10000, 9901, 8000, 8081
-
-# Envoy counts the filter's outcomes in the scope of the route's target cluster.
-STATS = "cluster.upstream.ratelimit."
-UPSTREAM_BODY = "upstream ok"
 HOUR_S = 3600
-
-
-class _Upstream(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the name is fixed by http.server)
-        body = UPSTREAM_BODY.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
 
 
 @dataclass
@@ -87,7 +74,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_envoy import (
+from tests.support.certs import Pki, make_pki
+from tests.support.envoy import envoy_serve, http_get, rewrite_ports
+from tests.support.envoy_example import (
     ENVOY_CONFIG,
     EXAMPLE_ADMIN,
     EXAMPLE_LISTENER,
@@ -28,10 +30,8 @@ from tests.e2e.test_envoy import (
     POLICY,
     STATS,
     UPSTREAM_BODY,
-    _Upstream,
+    Upstream,
 )
-from tests.support.certs import Pki, make_pki
-from tests.support.envoy import envoy_serve, http_get, rewrite_ports
 from tests.support.processes import SluiceProcess, free_port, sluice_serve
 
 pytestmark = pytest.mark.e2e
@@ -70,7 +70,7 @@ def mtls_sluice(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server.server_address[1]

@@ -1,7 +1,7 @@
 """A Redis Cluster of three masters, each with one replica, for failover tests.
 
 Started from the ``redis-server`` binary on free loopback ports like the fixtures in
-``tests/integration/redis_servers.py`` (whose 3-master cluster has no replicas and stays as it
+``tests/support/redis_servers.py`` (whose 3-master cluster has no replicas and stays as it
 is), with a short ``cluster-node-timeout`` so a killed master is failed over in about two
 seconds, and every process killed when the fixture ends.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.redis_servers import RedisProcess, _binary
 from tests.support.processes import free_port, wait_until
+from tests.support.redis_servers import RedisProcess, redis_binary
 
 __all__ = ["NODE_TIMEOUT_MS", "ClusterNode", "ReplicatedCluster", "replicated_redis_cluster"]
 
@@ -67,7 +67,7 @@ class ReplicatedCluster:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
         subprocess.run(
-            [_binary("redis-cli"), "--cluster", "create", *addresses]
+            [redis_binary("redis-cli"), "--cluster", "create", *addresses]
             + ["--cluster-replicas", "1", "--cluster-yes"],
             check=True,
             capture_output=True,

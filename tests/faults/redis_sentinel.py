@@ -1,7 +1,7 @@
 """A Redis master with one replica, watched by three Sentinels (quorum 2), for failover tests.
 
 Started from the ``redis-server`` binary on free loopback ports like the fixtures in
-``tests/integration/redis_servers.py`` (whose Sentinel watches a master without a replica, so
+``tests/support/redis_servers.py`` (whose Sentinel watches a master without a replica, so
 it can never fail over), with a short ``down-after-milliseconds`` so a killed master is
 replaced in a few seconds, and every process killed when the fixture ends.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.integration.redis_servers import RedisProcess
 from tests.support.processes import wait_until
+from tests.support.redis_servers import RedisProcess
 
 __all__ = ["DOWN_AFTER_MS", "SERVICE", "ReplicatedSentinel", "replicated_redis_sentinel"]
 

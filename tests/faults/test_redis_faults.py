@@ -38,8 +38,8 @@ from sluice.errors import BackendUnavailableError
 from tests.faults.load import Answer, SteadyLoad, Stream, kinds, window_counts
 from tests.faults.redis_cluster import NODE_TIMEOUT_MS, ReplicatedCluster
 from tests.faults.redis_sentinel import DOWN_AFTER_MS, ReplicatedSentinel
-from tests.integration.redis_servers import RedisProcess
 from tests.support.processes import SluiceProcess, sluice_serve
+from tests.support.redis_servers import RedisProcess
 
 DOMAIN = "faults"
 LIMIT = 10  # per one-second fixed window, on the "limited" stream (~50 calls per window)

@@ -37,8 +37,8 @@ import grpc
 
 from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from tests.integration.redis_servers import RedisProcess
 from tests.support.processes import SluiceProcess, sluice_serve, wait_until
+from tests.support.redis_servers import RedisProcess
 
 GRACE_S = 8.0
 POLICY = """domain: load

@@ -21,7 +21,7 @@ from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.redis.scripts import SCRIPT_SOURCE, ApplyScript, decode_result, encode_args
-from tests.unit.algorithms._properties import start_times, time_steps
+from tests.support.algorithm_properties import start_times, time_steps
 
 
 class Harness:
@@ -121,6 +121,7 @@ def test_one_algorithm_matches_memory(harness: Harness, algorithm: str, data) ->
     _replay(harness, *data.draw(traffic((algorithm,))))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(case=traffic())
 def test_mixed_limits_match_memory(harness: Harness, case) -> None:

@@ -36,6 +36,7 @@ def test_check_refuses_with_file_line_and_reason(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_import_then_export_gives_the_same_policies(database_url: str, tmp_path: Path) -> None:
     imported = run_sluice(["import", str(EXAMPLE), "--database-url", database_url])
     assert imported.returncode == 0, imported.stderr
@@ -54,6 +55,7 @@ def test_import_then_export_gives_the_same_policies(database_url: str, tmp_path:
     assert reimported.stdout == "edge: unchanged\n"
 
 
+@pytest.mark.slow
 def test_a_bad_file_changes_nothing(database_url: str, tmp_path: Path) -> None:
     assert run_sluice(["import", str(EXAMPLE), "--database-url", database_url]).returncode == 0
     policies = tmp_path / "policies"
@@ -67,6 +69,7 @@ def test_a_bad_file_changes_nothing(database_url: str, tmp_path: Path) -> None:
     assert load_text(exported.stdout, "export") == load_path(EXAMPLE)
 
 
+@pytest.mark.slow
 def test_export_one_domain_and_a_missing_one(database_url: str, tmp_path: Path) -> None:
     (tmp_path / "two.yaml").write_text("domain: a\n---\ndomain: b\n")
     assert run_sluice(
@@ -111,6 +114,7 @@ def test_a_bad_setting_names_its_source() -> None:
     )
 
 
+@pytest.mark.slow
 def test_history_diff_and_rollback(database_url: str, tmp_path: Path) -> None:
     first = tmp_path / "v1.yaml"
     first.write_text(

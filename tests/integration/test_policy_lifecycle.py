@@ -100,6 +100,7 @@ def seconds_until_both_serve(servers: list[SluiceProcess], limit: int, start: fl
     return time.monotonic() - start
 
 
+@pytest.mark.slow
 def test_a_publish_through_the_api_reaches_every_server_within_a_second(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -210,6 +211,7 @@ def test_an_invalid_version_never_goes_live(database_url: str, tmp_path: Path) -
         assert "refused config version shop@v2" in a.log()
 
 
+@pytest.mark.slow
 def test_servers_ride_out_a_database_outage_and_catch_up(postgres_url: str, tmp_path: Path) -> None:
     seed(postgres_url, tmp_path)
     real = make_url(postgres_url)
@@ -238,6 +240,7 @@ def test_servers_ride_out_a_database_outage_and_catch_up(postgres_url: str, tmp_
         proxy.close()
 
 
+@pytest.mark.slow
 def test_a_server_starts_from_its_cache_while_the_database_is_down(
     postgres_url: str, tmp_path: Path
 ) -> None:

@@ -22,8 +22,8 @@ from sluice.limiter import LimiterSettings, RateLimiter
 from sluice.model import Descriptor, RateLimitRequest
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
-from tests.integration.redis_servers import RedisProcess
 from tests.integration.redis_support import data_nodes, evalsha_calls, reset_stats
+from tests.support.redis_servers import RedisProcess
 
 TIMEOUT_S = 0.1
 POLICY = """

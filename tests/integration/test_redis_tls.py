@@ -172,6 +172,7 @@ def test_refused_connections_get_the_failure_mode_answer_and_hide_the_password(
     assert "Redis" in log and password not in log
 
 
+@pytest.mark.slow
 def test_the_acl_user_cannot_leave_its_prefix_or_run_admin_commands(tls_redis: TlsRedis) -> None:
     # What the ACL in this test (and docs/security.md) grants: a stolen Sluice password
     # reaches Sluice's own counters and nothing else.

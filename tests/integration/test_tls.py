@@ -158,6 +158,7 @@ def test_mtls_refuses_an_http_client_without_a_valid_certificate(
 # --- bad TLS settings ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bad_tls_settings_stop_the_start_naming_the_flag(tmp_path: Path, pki: Pki) -> None:
     not_pem, missing = tmp_path / "not-pem", tmp_path / "missing.pem"
     not_pem.write_text("hello")

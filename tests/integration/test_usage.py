@@ -212,6 +212,7 @@ def two_servers(database_url: str, tmp_path: Path) -> Iterator[list[SluiceProces
         yield servers
 
 
+@pytest.mark.slow
 def test_two_servers_add_up_exactly_in_the_store(
     two_servers: list[SluiceProcess], database_url: str
 ) -> None:

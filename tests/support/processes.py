@@ -1,4 +1,6 @@
-"""Real processes for tests: free ports, a `sluice serve` subprocess, waiting for readiness."""
+"""Real processes for tests (and bench/): free ports, a `sluice serve` subprocess, a private
+redis-server's arguments, waiting for readiness. Standard library only, so the benchmark
+scripts import it too."""
 
 from __future__ import annotations
 
@@ -14,8 +16,17 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["SluiceProcess", "free_port", "run_sluice", "sluice_serve", "wait_until"]
+__all__ = [
+    "SluiceProcess",
+    "free_port",
+    "redis_server_args",
+    "run_sluice",
+    "sluice_serve",
+    "stop_process",
+    "wait_until",
+]
 
 
 def free_port() -> int:
@@ -32,6 +43,30 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
             return
         time.sleep(interval_s)
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> int:
+    """SIGTERM, then SIGKILL if it still runs after ``timeout_s``; its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def redis_server_args(workdir: Path, port: int | None = None) -> list[str]:
+    """``redis-server`` arguments for a private, throw-away server: loopback only, no
+    persistence, files in ``workdir`` (``port`` None: the port is set elsewhere)."""
+    return [
+        *(["--port", str(port)] if port is not None else []),
+        "--bind", "127.0.0.1",
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", str(workdir),
+    ]  # fmt: skip
 
 
 def run_sluice(args: Sequence[str], **kwargs) -> subprocess.CompletedProcess[str]:
@@ -65,14 +100,7 @@ class SluiceProcess:
         return self.log_path.read_text(errors="replace")
 
     def terminate(self, timeout_s: float = 20) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, timeout_s)
 
 
 def _healthy(url: str, context: ssl.SSLContext | None = None) -> bool:
@@ -92,16 +120,19 @@ def sluice_serve(
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     https: ssl.SSLContext | None = None,
+    command_prefix: Sequence[str] = (),
 ) -> Iterator[SluiceProcess]:
     """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards.
 
-    ``https``: the server runs with TLS; readiness is polled with this client context."""
+    ``https``: the server runs with TLS; readiness is polled with this client context.
+    ``command_prefix``: run through it, e.g. ``["taskset", "-c", "0"]`` (the benchmark)."""
     grpc_port, http_port = free_port(), free_port()
     if database_url is None and not {"SLUICE_DATABASE_URL", "SLUICE_DATABASE_URL_FILE"} & set(
         env or {}
     ):
         database_url = f"sqlite:///{workdir / 'sluice.db'}"
     args = [
+        *command_prefix,
         sys.executable,
         "-m",
         "sluice",

@@ -7,12 +7,14 @@ the conversion is tested without a server.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import grpc
 from google.protobuf import struct_pb2
 
 from sluice_client._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2
+from sluice_client._proto.envoy.type.v3.ratelimit_unit_pb2 import RateLimitUnit
 from sluice_client.errors import InvalidRequest, SluiceUnavailable
 from sluice_client.types import (
     Decision,
@@ -34,7 +36,14 @@ __all__ = [
 
 _UINT32_MAX = 2**32 - 1
 # Envoy's request-side unit enum (envoy.type.v3.RateLimitUnit) has no WEEK.
-_OVERRIDE_UNITS = {"second": 1, "minute": 2, "hour": 3, "day": 4, "month": 5, "year": 6}
+_OVERRIDE_UNITS = {
+    "second": RateLimitUnit.SECOND,
+    "minute": RateLimitUnit.MINUTE,
+    "hour": RateLimitUnit.HOUR,
+    "day": RateLimitUnit.DAY,
+    "month": RateLimitUnit.MONTH,
+    "year": RateLimitUnit.YEAR,
+}
 # The response-side enum (RateLimitResponse.RateLimit.Unit) numbers WEEK 7.
 _RESPONSE_UNITS = {1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
 _ON_UNAVAILABLE = ("allow", "deny", "raise")
@@ -140,9 +149,12 @@ def parse_response(response: rls_pb2.RateLimitResponse) -> Decision:
     )
 
 
+_T = TypeVar("_T")
+
+
 def _metadata_list(
-    response: rls_pb2.RateLimitResponse, name: str, types: tuple[type, ...]
-) -> list[object]:
+    response: rls_pb2.RateLimitResponse, name: str, types: tuple[type[_T], ...]
+) -> list[_T]:
     """A list from Sluice's dynamic_metadata; empty when absent or not what Sluice writes
     (another RLS server may put anything there, and that must not break the decision)."""
     if name not in response.dynamic_metadata.fields:
@@ -151,7 +163,8 @@ def _metadata_list(
     if value.WhichOneof("kind") != "list_value":
         return []
     items = [_plain(v) for v in value.list_value.values]
-    return items if all(isinstance(v, types) for v in items) else []
+    typed = [v for v in items if isinstance(v, types)]
+    return typed if len(typed) == len(items) else []
 
 
 def _plain(value: struct_pb2.Value) -> object:

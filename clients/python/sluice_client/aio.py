@@ -114,7 +114,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         if self._channel is not None:
-            await self._channel.close()
+            await self._channel.close(grace=None)
         self._channel = self._stub = None
 
     async def __aenter__(self) -> AsyncClient:

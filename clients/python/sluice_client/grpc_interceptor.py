@@ -28,7 +28,8 @@ CallDescriptors = Callable[
 ]
 
 
-class RateLimitInterceptor(grpc.aio.ServerInterceptor):
+# grpc-stubs makes ServerInterceptor generic; grpcio's class is not subscriptable at run time.
+class RateLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """``descriptors(handler_call_details)`` returns what to check ([] skips the check), e.g.
     ``nested(full_method(), metadata("x-tenant", key="tenant"))``."""
 
@@ -47,9 +48,11 @@ class RateLimitInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         if handler is None:  # unknown method: let gRPC answer UNIMPLEMENTED
             return handler
@@ -66,7 +69,9 @@ class RateLimitInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def _refusing(handler: grpc.RpcMethodHandler, decision: Decision) -> grpc.RpcMethodHandler:
+def _refusing(
+    handler: grpc.RpcMethodHandler[Any, Any], decision: Decision
+) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same shape as ``handler`` that only aborts the call."""
     if decision.degraded:
         code, details = grpc.StatusCode.UNAVAILABLE, "rate limit service unavailable"
@@ -74,7 +79,7 @@ def _refusing(handler: grpc.RpcMethodHandler, decision: Decision) -> grpc.RpcMet
         code, details = grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limited"
     trailers = tuple((k.lower(), v) for k, v in rate_limit_headers(decision))
 
-    async def abort(_request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def abort(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await context.abort(code, details, trailing_metadata=trailers)
 
     factory = {

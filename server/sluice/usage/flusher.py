@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from sluice.clock import Clock
 from sluice.errors import SluiceError
@@ -142,7 +143,7 @@ class UsageFlusher:
             log.warning("usage figures not stored before shutdown: the usage store is down")
 
 
-def _seen(send: asyncio.Future[object]) -> None:
+def _seen(send: asyncio.Future[Any]) -> None:
     """Mark a send's outcome as seen: one nobody waits for any more (the server stopped)
     must not be logged as an exception never retrieved."""
     if not send.cancelled():

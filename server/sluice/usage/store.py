@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import Table, and_, delete, func, select
+from sqlalchemy import Insert, Table, and_, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from sluice.db import Database
@@ -73,7 +73,7 @@ class UsageStore:
                 if rows:
                     conn.execute(self._additive_upsert(table, columns), rows)
 
-    def _additive_upsert(self, table: Table, columns: Iterable[str]):  # noqa: ANN202
+    def _additive_upsert(self, table: Table, columns: Iterable[str]) -> Insert:
         statement = self._insert(table)
         keys = [c.name for c in table.primary_key.columns]
         return statement.on_conflict_do_update(

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, gcra
 from sluice.algorithms.gcra import GcraState, expires_at, step
-from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
+from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
 
 THREE_PER_MINUTE = Limit(3, 60, ALGORITHMS["gcra"], burst=3)  # T = 20 s, tau = 60 s
 

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, leaky_bucket
 from sluice.algorithms.leaky_bucket import QueueState, expires_at, step
-from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
+from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
 
 ONE_PER_SECOND_QUEUE_3 = Limit(1, 1, ALGORITHMS["leaky_bucket"], burst=3)
 

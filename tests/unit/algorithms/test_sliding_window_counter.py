@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, sliding_window_counter
 from sluice.algorithms.sliding_window_counter import CounterState, estimate, expires_at, step
-from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
+from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
 
 FIFTY_PER_MINUTE = Limit(50, 60, ALGORITHMS["sliding_window_counter"])
 

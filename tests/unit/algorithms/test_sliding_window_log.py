@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, sliding_window_log
 from sluice.algorithms.sliding_window_log import LogState, expires_at, step
-from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
+from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
 
 THREE_PER_TEN_S = Limit(3, 10, ALGORITHMS["sliding_window_log"])
 

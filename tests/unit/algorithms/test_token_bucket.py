@@ -4,7 +4,7 @@ from hypothesis import given, settings
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, token_bucket
 from sluice.algorithms.token_bucket import BucketState, expires_at, step
-from tests.unit.algorithms._properties import check_sequence, limits, sequences, start_times
+from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
 
 HALF_PER_SECOND = Limit(1, 2, ALGORITHMS["token_bucket"], burst=4)  # 0.5 tokens/s, capacity 4
 

@@ -12,7 +12,7 @@ from sluice.algorithms import ALGORITHMS, Limit
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.over_limit_cache import OverLimitCache
-from tests.unit.algorithms._properties import limits, start_times, time_steps
+from tests.support.algorithm_properties import limits, start_times, time_steps
 
 
 def run(awaitable):

@@ -1,12 +1,15 @@
-"""Private Redis deployments for tests: a standalone server that can be stopped, frozen and
-restarted on its port, a 3-master Cluster, and a master watched by one Sentinel.
+"""Private Redis deployments for tests: a throw-away server, a standalone server that can be
+stopped, frozen and restarted on its port, a 3-master Cluster, and a master watched by one
+Sentinel.
 
 All run from the ``redis-server`` binary on free loopback ports, in temporary directories,
-without persistence, and are killed when the fixture ends.
+without persistence, and are stopped when the context (the fixture in
+``tests/support/fixtures.py`` using it) ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -16,17 +19,18 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.processes import free_port, wait_until
+from tests.support.processes import free_port, redis_server_args, stop_process, wait_until
 
 __all__ = [
     "RedisProcess",
-    "private_redis",
+    "redis_binary",
     "redis_cluster",
     "redis_sentinel",
+    "throwaway_redis",
 ]
 
 
-def _binary(name: str) -> str:
+def redis_binary(name: str) -> str:
     path = shutil.which(name) or f"/usr/bin/{name}"
     if not Path(path).exists():
         pytest.fail(f"{name} is needed for the Redis integration tests")
@@ -59,17 +63,13 @@ class RedisProcess:
         return redis.Redis(port=self.port, socket_timeout=2)
 
     def start(self, config_file: Path | None = None) -> RedisProcess:
-        argv = [_binary("redis-server")]
+        argv = [redis_binary("redis-server")]
         if config_file is not None:
             argv.append(str(config_file))
         argv += [
-            *(["--port", str(self.port)] if config_file is None else []),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.workdir),
+            *redis_server_args(self.workdir, self.port if config_file is None else None),
             *self.args,
-        ]  # fmt: skip
+        ]
         log = (self.workdir / "redis.log").open("a")
         self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -95,20 +95,30 @@ class RedisProcess:
         self.process.send_signal(signal.SIGCONT)
 
 
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    """A standalone Redis of the test's own, which it may kill and restart on the same port."""
-    server = RedisProcess(tmp_path / "redis").start()
+@contextlib.contextmanager
+def throwaway_redis(workdir: Path) -> Iterator[str]:
+    """URL of a throw-away ``redis-server`` (no persistence) in ``workdir``, stopped (SIGTERM)
+    at the end."""
+    binary = redis_binary("redis-server")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, *redis_server_args(workdir, port)],
+        stdout=(workdir / "redis.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
     try:
-        yield server
+        wait_until(lambda: process.poll() is not None or _pings(port), 10, "redis-server")
+        if process.poll() is not None:
+            pytest.fail(f"redis-server exited: {(workdir / 'redis.log').read_text()}")
+        yield url
     finally:
-        server.kill()
+        stop_process(process, 10)
 
 
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``redis+cluster://`` URL of a 3-master Redis Cluster without replicas."""
-    root = tmp_path_factory.mktemp("redis-cluster")
+@contextlib.contextmanager
+def redis_cluster(root: Path) -> Iterator[str]:
+    """``redis+cluster://`` URL of a 3-master Redis Cluster without replicas, under ``root``."""
     nodes = []
     try:
         for n in range(3):
@@ -122,7 +132,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             nodes.append(RedisProcess(root / f"node{n}", port, args).start())
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         subprocess.run(
-            [_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-yes"],
+            [redis_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-yes"],
             check=True,
             capture_output=True,
             timeout=30,
@@ -142,10 +152,10 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             node.kill()
 
 
-@pytest.fixture(scope="session")
-def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``redis+sentinel://`` URL (service ``mymaster``, DB 0) of a master and one Sentinel."""
-    root = tmp_path_factory.mktemp("redis-sentinel")
+@contextlib.contextmanager
+def redis_sentinel(root: Path) -> Iterator[str]:
+    """``redis+sentinel://`` URL (service ``mymaster``, DB 0) of a master and one Sentinel,
+    under ``root``."""
     master = RedisProcess(root / "master").start()
     sentinel = RedisProcess(root / "sentinel")
     try:

@@ -1,6 +1,7 @@
 """Properties every algorithm module satisfies, checked along random hit sequences.
 
-Shared by the per-algorithm tests; each drives its module through ``check_sequence``.
+Shared by the per-algorithm unit tests (each drives its module through ``check_sequence``)
+and by the Redis scripts' integration tests (the time strategies).
 """
 
 from __future__ import annotations
