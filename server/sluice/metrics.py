@@ -90,7 +90,7 @@ class Metrics:
                     "multiprocess metrics: PROMETHEUS_MULTIPROC_DIR was not set when "
                     "prometheus_client was imported"
                 )
-            MultiProcessCollector(self.registry, path=multiprocess_dir)
+            MultiProcessCollector(self.registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
             self._shared = _SharedState(state)
         self._refresher = Periodic("metrics refresh", 1.0, self._refresh_async)
         self.rule_hits = Counter(

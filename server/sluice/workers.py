@@ -160,7 +160,7 @@ class Supervisor:
                 ):
                     self._start(worker)
             waiting = [w.ready_fd for w in self.workers if w.ready_fd is not None]
-            readable, _, _ = select.select([wake, *waiting], [], [], self._timeout())
+            readable, _, _ = select.select([wake.fileno(), *waiting], [], [], self._timeout())
             with contextlib.suppress(BlockingIOError):
                 while wake.recv(512):
                     pass
