@@ -232,7 +232,8 @@ class Supervisor:
 
         assert worker.process is not None
         pid = worker.process.pid
-        mark_process_dead(pid, self._metrics_dir)  # its live gauges stop counting
+        # Its live gauges stop counting.
+        mark_process_dead(pid, self._metrics_dir)  # type: ignore[no-untyped-call]
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
         if self._stopping:
             clean = code == 0 or (not worker.ready and -code in (signal.SIGTERM, signal.SIGINT))

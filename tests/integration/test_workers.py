@@ -24,8 +24,8 @@ from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.policies.store import PolicyStore
 from sluice.usage.store import UsageStore
-from tests.integration.redis_servers import RedisProcess
 from tests.support.processes import SluiceProcess, run_sluice, sluice_serve, wait_until
+from tests.support.redis_servers import RedisProcess
 
 LIMIT = 50
 POLICY = f"""domain: w

@@ -55,7 +55,7 @@ def render() -> None:
         proposed = [proposal, *current[1:]]
         recorded, synthetic = st.tabs(["Recorded traffic (last hour)", "Synthetic traffic"])
         with recorded:
-            _recorded(data, pending.rule_id(domain, row.path), current, proposed)
+            _recorded(data, pending.rule_id(live.domain, row.path), current, proposed)
         with synthetic:
             _synthetic(current, proposed, proposal, index)
 

@@ -60,7 +60,7 @@ def _remaining(est: float, cap: int) -> int:
 
 def step(
     state: CounterState | None, limit: Limit, now: float, cost: int
-) -> tuple[CounterState, Outcome]:
+) -> tuple[CounterState | None, Outcome]:
     t = float(now)
     cap, period = limit.requests_per_unit, limit.period_s
     if cap == 0:

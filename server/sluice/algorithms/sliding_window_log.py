@@ -33,7 +33,9 @@ def _used(state: LogState | None, period: int, t: float) -> int:
     return sum(cost for _, cost in _live(state, period, t))
 
 
-def step(state: LogState | None, limit: Limit, now: float, cost: int) -> tuple[LogState, Outcome]:
+def step(
+    state: LogState | None, limit: Limit, now: float, cost: int
+) -> tuple[LogState | None, Outcome]:
     t = float(now)
     cap, period = limit.requests_per_unit, limit.period_s
     if cap == 0:

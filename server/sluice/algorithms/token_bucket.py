@@ -33,7 +33,7 @@ def _fill(state: BucketState | None, limit: Limit, t: float) -> tuple[float, flo
 
 def step(
     state: BucketState | None, limit: Limit, now: float, cost: int
-) -> tuple[BucketState, Outcome]:
+) -> tuple[BucketState | None, Outcome]:
     t = float(now)
     rate, period = limit.requests_per_unit, limit.period_s
     if rate == 0:

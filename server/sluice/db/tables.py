@@ -66,9 +66,10 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        stored: datetime = value
+        if stored.tzinfo is None:
+            return stored.replace(tzinfo=UTC)
+        return stored.astimezone(UTC)
 
 
 # One row per published change, never updated or deleted: history, rollback and diff read

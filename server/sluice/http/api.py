@@ -221,7 +221,7 @@ def _path(body: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:
     path = body.get("path")
     ok = (
         isinstance(path, list)
-        and path
+        and len(path) > 0
         and all(
             isinstance(p, dict)
             and isinstance(p.get("key"), str)
@@ -230,7 +230,7 @@ def _path(body: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:
             for p in path
         )
     )
-    if not ok:
+    if not ok or not isinstance(path, list):  # (the second test only informs the type checker)
         raise ConfigError(
             [
                 'path: must be a non-empty list of {"key": ..., "value": ... or null}, '

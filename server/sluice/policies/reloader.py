@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sluice.errors import ConfigDatabaseError, ConfigError
 from sluice.periodic import Periodic
@@ -198,7 +199,7 @@ class SnapshotReloader:
         self.status.database_error = str(exc)
 
 
-def _seen(read: asyncio.Future[object]) -> None:
+def _seen(read: asyncio.Future[Any]) -> None:
     """Mark a read's outcome as seen: one the server stopped waiting for (it stopped) must
     not be logged as an exception never retrieved."""
     if not read.cancelled():

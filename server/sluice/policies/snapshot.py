@@ -109,8 +109,7 @@ class Snapshot:
                 return None
             rule = node.rule
             assert rule is not None  # only the domain root has no rule
-            shared = rule.share_threshold and rule.value is not None
-            counter_key += (key, rule.value if shared else value)
+            counter_key += (key, rule.value if rule.share_threshold and rule.value else value)
             if i == last:
                 match = node.match
                 if match is None or not rule.applies_limit:

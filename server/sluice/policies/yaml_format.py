@@ -283,7 +283,8 @@ class _Loader:
         value = self.string(fields.get("value"), "value") or None
         final_key = key if value is None else f"{key}_{value}"
         limits: tuple[RateLimit, ...] = ()
-        unlimited, name, replaces = False, "", ()
+        replaces: tuple[str, ...] = ()
+        unlimited, name = False, ""
         if "rate_limit" in fields:
             limits, unlimited, name, replaces = self.rate_limit(fields["rate_limit"])
         if value is not None and value.count("*") > MAX_WILDCARDS:
@@ -472,14 +473,18 @@ def _breaks(text: str) -> list[int]:
     return [m.start() for m in re.finditer("\n", text)]
 
 
-def _line(breaks: list[int], mark: yaml.Mark | None) -> int:
+# yaml.Mark, or the C loader's mark of the same shape.
+_Mark = yaml.error.Mark | yaml._yaml.Mark
+
+
+def _line(breaks: list[int], mark: _Mark | None) -> int:
     """The line of ``mark`` as editors and ``grep -n`` count them: YAML also breaks lines at
     NEL, LS, PS and a lone CR, so its own line numbers can point past the line meant."""
     return bisect.bisect_left(breaks, mark.index) + 1 if mark is not None else 1
 
 
 class _Refused(Exception):
-    def __init__(self, mark: yaml.Mark, reason: str) -> None:
+    def __init__(self, mark: _Mark | None, reason: str) -> None:
         super().__init__(reason)
         self.mark = mark
         self.reason = reason
@@ -501,13 +506,13 @@ class _GuardedLoader(yaml.SafeLoader):
         self._sizes: dict[str, int] = {}  # anchor -> how many nodes it expands to
         self._added = 0  # nodes the aliases of this document add
 
-    def compose_document(self) -> Node:
+    def compose_document(self) -> Node | None:
         self._sizes.clear()  # anchors are per document
         self._added = 0
         return super().compose_document()
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        event = self.peek_event()
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, AliasEvent):
             size = self._alias_size(event)
             node = super().compose_node(parent, index)
@@ -527,7 +532,7 @@ class _GuardedLoader(yaml.SafeLoader):
         return node
 
     def _alias_size(self, event: AliasEvent) -> int:
-        if event.anchor not in self.anchors:
+        if event.anchor is None or event.anchor not in self.anchors:
             return 1  # undefined: the composer reports it
         size = self._sizes.get(event.anchor)
         if size is None:  # defined, not yet closed: the alias is inside its own anchor

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
@@ -59,7 +59,11 @@ class _Request:
     __slots__ = ("future", "hits", "keys", "now")
 
     def __init__(
-        self, hits: Sequence[Hit], keys: list[list[str]], now: float, future: asyncio.Future
+        self,
+        hits: Sequence[Hit],
+        keys: list[list[str]],
+        now: float,
+        future: asyncio.Future[list[tuple[Outcome, ...]]],
     ) -> None:
         self.hits = hits
         self.keys = keys  # per hit, the state key of each limit
@@ -101,7 +105,7 @@ class RedisBackend:
         self._pending: list[_Request] = []
         self._flush_scheduled = False
         self._in_flight = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         # Counters for metrics and tests.
         self.round_trips = 0
         self.script_calls = 0
@@ -119,7 +123,7 @@ class RedisBackend:
         names = self._names
         keys = [names.keys(hit.counter_key, hit.limits) for hit in hits]
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[list[tuple[Outcome, ...]]] = loop.create_future()
         self._pending.append(_Request(hits, keys, now, future))
         self.requests += 1
         if not self._flush_scheduled and self._in_flight < self._max_in_flight:
@@ -135,13 +139,12 @@ class RedisBackend:
         finally:
             timer.cancel()
 
-    def _expire(self, future: asyncio.Future) -> None:
+    def _expire(self, future: asyncio.Future[list[tuple[Outcome, ...]]]) -> None:
         if not future.done():
             self.late_answers += 1
+            budget_ms = (self._answer_timeout_s or 0.0) * 1000
             future.set_exception(
-                BackendUnavailableError(
-                    f"Redis: no answer within {self._answer_timeout_s * 1000:.0f} ms"
-                )
+                BackendUnavailableError(f"Redis: no answer within {budget_ms:.0f} ms")
             )
 
     @property
@@ -186,7 +189,7 @@ class RedisBackend:
         batch, self._pending = self._pending[:taken], self._pending[taken:]
         return batch
 
-    def _sent(self, task: asyncio.Task) -> None:
+    def _sent(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._in_flight -= 1
         if self._pending and not self._flush_scheduled:
@@ -299,7 +302,8 @@ class RedisBackend:
             if r.future.done():
                 continue
             if n not in failed:
-                r.future.set_result(answers[n])
+                # Every hit of a request that did not fail was answered by its call.
+                r.future.set_result(cast(list[tuple[Outcome, ...]], answers[n]))
             elif isinstance(failed[n], BackendUnavailableError):  # failed fast
                 self.fast_failures += 1
                 r.future.set_exception(failed[n])

@@ -144,7 +144,7 @@ def connect(
     )
 
 
-def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict) -> Redis:
+def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict[str, Any]) -> Redis:
     if not parsed.path or len(parsed.path) > 2:
         raise ValueError("a redis+sentinel:// URL needs /SERVICE_NAME[/DB] after the hosts")
     service = parsed.path[0]
@@ -152,8 +152,10 @@ def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict) 
         db = int(parsed.path[1]) if len(parsed.path) == 2 else 0
     except ValueError:
         raise ValueError("the DB in a redis+sentinel:// URL must be a number") from None
-    sentinel = Sentinel(list(parsed.hosts), sentinel_kwargs={**common, "ssl": parsed.tls})
-    return sentinel.master_for(
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.hosts), sentinel_kwargs={**common, "ssl": parsed.tls}
+    )
+    master: Redis = sentinel.master_for(
         service,
         connection_pool_class=_BlockingSentinelPool,
         max_connections=pool_size,
@@ -164,3 +166,4 @@ def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict) 
         ssl=parsed.tls,
         **common,
     )
+    return master
