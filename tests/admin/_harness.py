@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from streamlit.testing.v1 import AppTest
 
 from sluice_admin import APP_PATH
@@ -10,9 +12,20 @@ PASSWORD = "correct horse battery"
 PAGES = ("overview", "rules", "live", "what_if", "history", "transfer")
 
 
+class CheckedAppTest(AppTest):
+    """An AppTest whose every run, however started (``at.run()``, ``button.click().run()``),
+    fails the test if the page raised: a page that raises shows a traceback instead of its
+    content, and a test looking for something else on it could still pass."""
+
+    def _run(self, widget_state: Any = None, timeout: float | None = None) -> AppTest:
+        result = super()._run(widget_state, timeout)
+        assert not self.exception, [e.value for e in self.exception]
+        return result
+
+
 def new_app() -> AppTest:
     # Generous: the first run in a process imports pandas and altair.
-    return AppTest.from_file(str(APP_PATH), default_timeout=30)
+    return CheckedAppTest(APP_PATH, default_timeout=30)
 
 
 def sign_in(at: AppTest, name: str, password: str = PASSWORD) -> AppTest:
