@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import ssl
@@ -121,8 +122,14 @@ def sluice_serve(
     env: dict[str, str] | None = None,
     https: ssl.SSLContext | None = None,
     command_prefix: Sequence[str] = (),
+    allowed_tracebacks: Sequence[str] = (),
 ) -> Iterator[SluiceProcess]:
     """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards.
+
+    A server that logged a traceback, or that did not exit 0 on SIGTERM, fails the test that
+    ran it: an error in the server is a bug even when every answer the test saw was right.
+    ``allowed_tracebacks``: regular expressions, each matching a traceback's last line, for
+    tests that provoke errors on purpose.
 
     ``https``: the server runs with TLS; readiness is polled with this client context.
     ``command_prefix``: run through it, e.g. ``["taskset", "-c", "0"]`` (the benchmark)."""
@@ -168,6 +175,34 @@ def sluice_serve(
         if process.poll() is not None:
             raise RuntimeError(f"sluice serve exited with {process.returncode}:\n{server.log()}")
         yield server
-    finally:
+    except BaseException:
         server.terminate()
         log_file.close()
+        raise
+    code = server.terminate()
+    log_file.close()
+    check_server_log(server.log(), code, allowed_tracebacks)
+
+
+def check_server_log(log: str, exit_code: int, allowed_tracebacks: Sequence[str] = ()) -> None:
+    """Fail when the server did not exit 0 or logged a traceback no pattern allows."""
+    assert exit_code == 0, f"sluice serve exited with {exit_code}:\n{log}"
+    unexpected = [
+        last
+        for last in _traceback_ends(log)
+        if not any(re.search(pattern, last) for pattern in allowed_tracebacks)
+    ]
+    assert not unexpected, f"sluice serve logged unexpected tracebacks {unexpected}:\n{log}"
+
+
+def _traceback_ends(log: str) -> list[str]:
+    """The last line of every traceback in ``log`` (the exception and its message)."""
+    ends = []
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last):"):
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
+                j += 1
+            ends.append(lines[j] if j < len(lines) else "")
+    return ends
