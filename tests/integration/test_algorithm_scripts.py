@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, gcra, leaky_bucket
+from sluice.algorithms._schedule import FOLD_CELLS
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.redis.scripts import SCRIPT_SOURCE, ApplyScript, decode_result, encode_args
@@ -302,6 +303,27 @@ def test_state_format_old_values_read_as_a_base_with_no_cells(
         new, expected = module.step(state_type(at), limit, t, cost)
         assert _exact([(got,)]) == _exact([(expected,)]), (t, cost)
         if got.allowed:
+            stored = harness.run(harness.client.get(key)).split(b"\0")
+            assert stored[1:] == [_g17(new.base), b"%d" % new.cells]
+        harness.run(harness.client.delete(key))
+
+
+@pytest.mark.parametrize("algorithm", SCHEDULES)
+def test_state_format_cells_fold_alike(harness: Harness, algorithm: str) -> None:
+    module, state_type = SCHEDULES[algorithm]
+    limit = Limit(7, 3, ALGORITHMS[algorithm], 5)
+    t = 1_764_000_000.123
+    busy = state_type(t - (FOLD_CELLS - 3) * (3 / 7), FOLD_CELLS - 2)
+    for cost in (0, 1, 2, 3, 4):
+        key = f"{{fold}}:{uuid.uuid4().hex}"
+        value = b"\0".join(
+            (_g17(module.expires_at(busy, limit)), _g17(busy.base), b"%d" % busy.cells)
+        )
+        harness.run(harness.client.set(key, value, px=600_000))
+        ((got,),) = harness.run(harness.script([key], [Hit(("o",), (limit,), cost)], t))
+        new, expected = module.step(busy, limit, t, cost)
+        assert _exact([(got,)]) == _exact([(expected,)]), cost
+        if got.allowed and cost > 0:
             stored = harness.run(harness.client.get(key)).split(b"\0")
             assert stored[1:] == [_g17(new.base), b"%d" % new.cells]
         harness.run(harness.client.delete(key))

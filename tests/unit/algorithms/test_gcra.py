@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, gcra
+from sluice.algorithms._schedule import FOLD_CELLS
 from sluice.algorithms.gcra import GcraState, expires_at, step
 from tests.unit.algorithms._properties import (
     check_fresh_burst,
@@ -76,6 +77,26 @@ def test_limit_zero_admits_nothing() -> None:
 
 def test_expires_at_the_theoretical_arrival_time() -> None:
     assert expires_at(GcraState(80.0), THREE_PER_MINUTE) == 80.0
+
+
+def test_cells_fold_into_the_base_rounded_up() -> None:
+    one_per_second = Limit(1, 1, ALGORITHMS["gcra"], 3)  # T = 1: everything exact
+    t = float(FOLD_CELLS - 3)
+    busy = GcraState(0.0, FOLD_CELLS - 2)  # busy until t + 1
+    state, outcome = step(busy, one_per_second, t, 2)
+    assert (state, outcome) == (GcraState(float(FOLD_CELLS)), Outcome(True, 0, 3.0))
+    # Where T is no binary fraction the folded TAT is rounded up: never early.
+    limit = Limit(7, 3, ALGORITHMS["gcra"], 5)
+    t = 1_764_000_000.123
+    busy = GcraState(t - (FOLD_CELLS - 3) * (3 / 7), FOLD_CELLS - 1)
+    state, outcome = step(busy, limit, t, 1)
+    assert outcome.allowed and state.cells == 0
+    assert state.base == expires_at(GcraState(busy.base, FOLD_CELLS), limit)
+    for dt in (0.0, 0.5, 3 / 7, 1.0, 2.0):
+        for cost in (1, 2, 5):
+            folded = step(state, limit, t + dt, cost)[1]
+            unfolded = step(GcraState(busy.base, FOLD_CELLS), limit, t + dt, cost)[1]
+            assert unfolded.allowed or not folded.allowed
 
 
 @settings(max_examples=300, deadline=None)
