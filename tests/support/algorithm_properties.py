@@ -100,3 +100,56 @@ def _check_expiry(module: ModuleType, limit: Limit, state: object, cost: int) ->
         assert outcome == fresh_outcome
         if outcome.allowed and cost > 0:
             assert kept == fresh
+
+
+# gcra and leaky_bucket: any rate, period, burst and start time, including epoch-scale times
+# (an ulp of 1.7e9 s is 2.4e-7 s) and rates whose interval ``P / L`` is no binary fraction.
+schedule_limits = st.builds(
+    lambda rate, period, burst: (rate, period, burst),
+    st.one_of(st.integers(1, 200), st.integers(1, 100_000)),
+    st.sampled_from([1, 2, 3, 7, 10, 60, 3600, 86400]),
+    st.one_of(st.integers(1, 60), st.integers(1, 2000)),
+)
+schedule_times = st.one_of(
+    st.sampled_from([0.0, 1000.0, 1_700_000_000.0, 1_764_000_000.123]),
+    st.floats(0.0, 1e10, allow_nan=False, allow_infinity=False),
+)
+
+
+def check_fresh_burst(module: ModuleType, limit: Limit, t: float, cost: int) -> None:
+    """A fresh key admits exactly ``burst // cost`` hits of ``cost`` at one instant, with
+    ``remaining`` counting down exactly, and then refuses with a reset in the future."""
+    state = None
+    for admitted in range(1, limit.burst // cost + 1):
+        state, outcome = module.step(state, limit, t, cost)
+        assert outcome.allowed, f"hit {admitted} of {limit.burst // cost} refused"
+        assert outcome.remaining == limit.burst - admitted * cost
+    refused, outcome = module.step(state, limit, t, cost)
+    assert not outcome.allowed, f"admitted {limit.burst // cost + 1} of cost {cost} at once"
+    assert refused is state and outcome.reset_s > 0
+
+
+def saturated_admissions(
+    module: ModuleType, limit: Limit, t0: float, gap: float, hits: int
+) -> tuple[int, float]:
+    """Hits every ``gap`` seconds from ``t0`` (each time ``t0 + i * gap``: the test's clock
+    does not drift), as an explicit ``now``; (how many were admitted, seconds elapsed)."""
+    state = None
+    admitted = 0
+    for i in range(hits):
+        new, outcome = module.step(state, limit, t0 + i * gap, 1)
+        if outcome.allowed:
+            state, admitted = new, admitted + 1
+    return admitted, (hits - 1) * gap
+
+
+def check_saturated_rate(limit: Limit, admitted: int, elapsed: float) -> None:
+    """Over ``elapsed`` seconds of saturation: the burst, then one every ``T``, no drift.
+
+    In exact arithmetic ``admitted * T <= elapsed + b * T`` (the schedule never runs more
+    than ``b`` cells ahead), and the schedule runs at least ``(b - 1) * T - gap`` ahead of the
+    last hit, so ``admitted - b`` lies in ``(elapsed / T - 2, elapsed / T]``; one more on top
+    allows for rounding.
+    """
+    expected = elapsed * limit.requests_per_unit / limit.period_s
+    assert expected - 2 <= admitted - limit.burst <= expected + 1, (admitted, expected)

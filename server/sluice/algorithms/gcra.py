@@ -1,15 +1,18 @@
-"""GCRA (generic cell rate algorithm): a policer with one stored number per key.
+"""GCRA (generic cell rate algorithm): a policer with one schedule per key.
 
 ``T = P / L``, ``tau = T * b``; ``TAT' = max(TAT, t) + n * T``, admitted iff
-``t >= TAT' - tau`` (evaluated as a wait, see ``_schedule``). Bursts of up to ``b`` at once,
-then one request every ``T``. An admitted hit proceeds now: ``delay_s`` is always 0.
+``t >= TAT' - tau``. Bursts of exactly ``b`` at once, then one request every ``T``. An
+admitted hit proceeds now: ``delay_s`` is always 0.
+
+``TAT`` is kept as ``base + cells * T`` with ``cells`` a whole count, never as a running sum
+of ``T``s: see ``_schedule`` for why that makes bursts exact and saturation drift-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.algorithms._schedule import schedule
+from sluice.algorithms._schedule import expires, schedule
 from sluice.algorithms.base import Algorithm, Limit, Outcome
 
 __all__ = ["ALGORITHM", "GcraState", "expires_at", "step"]
@@ -17,17 +20,21 @@ __all__ = ["ALGORITHM", "GcraState", "expires_at", "step"]
 
 @dataclass(frozen=True, slots=True)
 class GcraState:
-    tat: float  # theoretical arrival time
+    """The theoretical arrival time ``TAT = base + cells * T``."""
+
+    base: float  # when the key last restarted (or a TAT as such, with cells = 0)
+    cells: int = 0  # cells admitted since
 
 
 def step(state: GcraState | None, limit: Limit, now: float, cost: int) -> tuple[GcraState, Outcome]:
-    s = schedule(state.tat if state is not None else None, limit, now, cost)
-    new = GcraState(s.at) if s.at is not None else state
+    s = schedule((state.base, state.cells) if state is not None else None, limit, now, cost)
+    new = GcraState(*s.cells) if s.cells is not None else state
     return new, Outcome(s.allowed, s.remaining, s.reset_s, fits=s.fits)
 
 
 def expires_at(state: GcraState, limit: Limit) -> float:
-    return state.tat
+    """The theoretical arrival time, rounded up."""
+    return expires((state.base, state.cells), limit)
 
 
 ALGORITHM = Algorithm("gcra", step, expires_at, takes_burst=True)

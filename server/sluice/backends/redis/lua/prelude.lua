@@ -72,63 +72,99 @@ local function refuse_all()
   return result(false, 0, 0, 0, false, nil)
 end
 
--- sluice.algorithms._schedule.schedule: at is the stored time or nil; returns the result
--- and the new time to store (nil: leave the state alone).
-local function schedule_start(at, t)
-  if at == nil then
-    return t
+-- sluice.algorithms._schedule: a schedule is (base, k), busy until base + k * T (k a whole
+-- number of cells), or nil for none; schedule returns the result and the new schedule to
+-- store (nil: leave the state alone) with its expiry.
+local FOLD_CELLS = 2 ^ 40
+
+local function schedule_in_force(base, k, t, interval)
+  if base == nil then
+    return t, 0
   end
-  return math.max(at, t)
+  if (base - t) + k * interval <= 0 then
+    return t, 0
+  end
+  return base, k
 end
 
-local function schedule_remaining(at, t, interval, tau)
-  local wait = schedule_start(at, t) - t
-  return largest(math.floor((tau - wait) / interval), function(k)
-    return wait + k * interval <= tau
+local function schedule_remaining(base0, k0, t, interval, b)
+  local base, k = schedule_in_force(base0, k0, t, interval)
+  return largest(math.floor((t - base) / interval) + b - k, function(n)
+    return (base - t) + (k + n - b) * interval <= 0
   end)
 end
 
-local function schedule(at, L, P, b, t, cost)
+local function schedule_expires(base, k, interval)
+  return base + settle(base, k * interval, function(x)
+    return (base - x) + k * interval <= 0
+  end)
+end
+
+local function schedule(base0, k0, L, P, b, t, cost)
   if L == 0 then
     return refuse_all(), nil
   end
   local interval = P / L
-  local tau = interval * b
   if cost > b then
-    return result(false, schedule_remaining(at, t, interval, tau), 0, 0, false, nil), nil
+    return result(false, schedule_remaining(base0, k0, t, interval, b), 0, 0, false, nil), nil
   end
+  local base, k = schedule_in_force(base0, k0, t, interval)
+  local wait = (base - t) + k * interval
   if cost == 0 then
     local untl = 0
-    if at ~= nil then
-      untl = math.max(at - t, 0)
+    if wait > 0 then
+      untl = schedule_expires(base, k, interval) - t
     end
-    return result(true, schedule_remaining(at, t, interval, tau), untl, 0, true, nil), nil
+    return result(true, schedule_remaining(base0, k0, t, interval, b), untl, 0, true, nil), nil
   end
-  local start = schedule_start(at, t)
-  local wait = start - t
-  if wait + cost * interval <= tau then
-    local new = start + cost * interval
-    local remaining = schedule_remaining(new, t, interval, tau)
-    return result(true, remaining, new - t, wait, true, nil), new
+  local short = (base - t) + (k + cost - b) * interval
+  if short <= 0 then
+    local nb, nk = base, k + cost
+    if nk >= FOLD_CELLS then
+      nb, nk = schedule_expires(nb, nk, interval), 0
+    end
+    local remaining = schedule_remaining(nb, nk, t, interval, b)
+    local expires = schedule_expires(nb, nk, interval)
+    return result(true, remaining, expires - t, wait, true, nil), { nb, nk, expires }
   end
-  local need = cost * interval
-  local reset = settle(t, wait - (tau - need), function(x)
-    return (schedule_start(at, x) - x) + need <= tau
+  local reset = settle(t, short, function(x)
+    local xb, xk = schedule_in_force(base0, k0, x, interval)
+    return (xb - x) + (xk + cost - b) * interval <= 0
   end)
-  return result(false, schedule_remaining(at, t, interval, tau), reset, 0, true, nil), nil
+  return result(false, schedule_remaining(base0, k0, t, interval, b), reset, 0, true, nil), nil
 end
 
--- The one-number state of gcra and leaky_bucket.
-local function schedule_step(key, now, L, P, b, cost)
-  local stored = redis.call('GET', key)
-  local at = nil
-  if stored then
-    at = tonumber(stored)
+-- The state of gcra and leaky_bucket: a string '<at>\0<base>\0<k>' (at = base + k * T,
+-- rounded up as expires_at is). Instances from before k was counted stored at alone, and
+-- read this one as at alone too: Lua 5.1's tonumber stops at the first NUL. So either
+-- version reads the other's keys (an old value is base = at, k = 0) and a rolling upgrade
+-- neither loses state nor over-admits.
+local function schedule_read(stored)
+  if not stored then
+    return nil, nil
   end
-  local res, new = schedule(at, L, P, b, now, cost)
+  local first = string.find(stored, '\0', 1, true)
+  if first == nil then
+    return tonumber(stored), 0
+  end
+  local second = string.find(stored, '\0', first + 1, true)
+  if second == nil then
+    return nil, nil
+  end
+  local base = tonumber(string.sub(stored, first + 1, second - 1))
+  return base, tonumber(string.sub(stored, second + 1))
+end
+
+local function schedule_step(key, now, L, P, b, cost)
+  local base, k = schedule_read(redis.call('GET', key))
+  if base == nil or k == nil then
+    base, k = nil, nil
+  end
+  local res, new = schedule(base, k, L, P, b, now, cost)
   if new ~= nil then
     res.commit = function()
-      redis.call('SET', key, fmt(new), 'PX', ttl_ms(new, now))
+      local value = fmt(new[3]) .. '\0' .. fmt(new[1]) .. '\0' .. fmt(new[2])
+      redis.call('SET', key, value, 'PX', ttl_ms(new[3], now))
     end
   end
   return res
