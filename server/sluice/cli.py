@@ -237,11 +237,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     with PolicyStore(settings.database_url) as store:
         try:
             store.upgrade()
-        except ConfigDatabaseError:
+        except ConfigDatabaseError as exc:
             if policies is not None:
                 raise  # asked to import: that cannot happen without the database
             # Without --config the local snapshot cache can still serve: attach() decides.
-            log.warning("config database unreachable at start", exc_info=True)
+            # An outage, not a bug: one line (the reloader reports it again as it polls).
+            log.warning("config database unreachable at start: %s", exc)
         if policies is not None:
             changed = PolicyService(store, max_log_limit=limit).publish(
                 policies, author=_author(args), comment=f"sluice serve --config {args.config}"

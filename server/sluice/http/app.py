@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from sluice.errors import SluiceError, status_of
 from sluice.grpc.convert import decision_to_json, request_from_json
@@ -82,6 +84,7 @@ def make_app(
         assert metrics is not None
         return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
+    _quiet_client_errors()
     app = web.Application(client_max_size=max_body_bytes)
     if metrics is not None:
         app.router.add_get("/metrics", metrics_endpoint)
@@ -92,6 +95,26 @@ def make_app(
     if service is not None:
         add_api_routes(app, service, api_token)
     return app
+
+
+class _ClientErrorsAtDebug(logging.Filter):
+    """aiohttp logs a request that is not valid HTTP as an ERROR with its traceback. It is the
+    client's error, answered with 400, and anyone who can reach the port can send any number
+    of them: one line at DEBUG, not a traceback, so logs stay readable under such traffic."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], HttpProcessingError):
+            record.msg = f"{record.msg}: {record.exc_info[1]}"
+            record.exc_info = None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_client_errors() -> None:
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _ClientErrorsAtDebug) for f in logger.filters):
+        logger.addFilter(_ClientErrorsAtDebug())
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -20,6 +20,11 @@ __all__ = [
     "UsageRecorder",
 ]
 
+# One hit counts at most this much (one more than the largest limit, which such a hit can
+# never fit): Envoy's hits_addend is a uint64, and a few of those would overflow the 64-bit
+# integers of the usage tables, failing every later flush of the figures they are in.
+MAX_RECORDED_COST = 2**32
+
 # Indexes into RuleUsage.counts.
 ALLOWED, OVER_LIMIT, SHADOW_OVER, NEAR_LIMIT, BACKEND_ERROR = range(5)
 COUNTER_NAMES = ("allowed", "over_limit", "shadow_over_limit", "near_limit", "backend_errors")
@@ -49,6 +54,8 @@ class UsageRecorder:
         usage = self._rules.get(rule_id)
         if usage is None:
             usage = self._rules[rule_id] = RuleUsage()
+        if cost > MAX_RECORDED_COST:
+            cost = MAX_RECORDED_COST
         usage.counts[kind] += cost
         if near:
             usage.counts[NEAR_LIMIT] += cost

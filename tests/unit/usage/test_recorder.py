@@ -11,7 +11,7 @@ from sluice.limiter import RateLimiter
 from sluice.model import Descriptor, RateLimitRequest
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
-from sluice.usage.recorder import UsageRecorder
+from sluice.usage.recorder import OVER_LIMIT, UsageRecorder
 
 POLICY = textwrap.dedent(
     """
@@ -62,3 +62,14 @@ def test_near_limit_threshold() -> None:
     assert recorder.is_near(10, 2)
     assert not recorder.is_near(10, 3)
     assert not recorder.is_near(0, 0)
+
+
+def test_a_huge_hits_addend_counts_as_one_more_than_the_largest_limit() -> None:
+    # hits_addend is a uint64 on the wire: a few of them would overflow the usage tables'
+    # 64-bit integers, and every flush of those figures would fail from then on.
+    recorder = UsageRecorder()
+    for _ in range(3):
+        recorder.record("d.user", OVER_LIMIT, cost=2**64 - 1, offender="bob")
+    usage = recorder.drain()["d.user"]
+    assert usage.counts[OVER_LIMIT] == 3 * 2**32
+    assert usage.offenders is not None and usage.offenders.top() == [("bob", 3 * 2**32)]
