@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Protocol
 
 from aiohttp import web
 
@@ -16,6 +17,7 @@ from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import RedisTls, connect
 from sluice.clock import Clock, SystemClock
+from sluice.grpc.core import RateLimitCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
 from sluice.limiter import LimiterSettings, RateLimiter
@@ -31,7 +33,7 @@ from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import UsageRecorder
 from sluice.usage.store import UsageStore
 
-__all__ = ["Sluice", "make_backend"]
+__all__ = ["GrpcFront", "Sluice", "make_backend"]
 
 log = logging.getLogger("sluice")
 
@@ -59,11 +61,30 @@ def make_backend(settings: Settings) -> Backend:
     return backend
 
 
+class GrpcFront(Protocol):
+    """What serves the gRPC port: grpc.aio's server (``GrpcServer``, the default), or the
+    ASGI edge Envoy runs (``sluice.pyvoy_app``). Either answers ShouldRateLimit through
+    ``Sluice.rls``, which drains on stop."""
+
+    port: int
+
+    async def start(self) -> None: ...
+
+    async def set_serving(self, serving: bool) -> None: ...
+
+    async def stop(self, grace_s: float) -> None: ...
+
+
 class Sluice:
     """One server: the gRPC port and the HTTP port over one limiter and one snapshot."""
 
     def __init__(
-        self, settings: Settings, *, clock: Clock | None = None, backend: Backend | None = None
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        backend: Backend | None = None,
+        grpc_front: GrpcFront | None = None,
     ) -> None:
         self.settings = settings
         self.tls = ServerTls.from_settings(settings)
@@ -85,8 +106,11 @@ class Sluice:
             ),
             recorder=self.recorder,
         )
+        # ShouldRateLimit, whichever transport serves it; drained on stop.
+        self.rls = RateLimitCore(self.limiter, self.metrics)
+        self._grpc_front = grpc_front
         self._serving = False
-        self._grpc: GrpcServer | None = None
+        self._grpc: GrpcFront | None = None
         self._http: web.AppRunner | None = None
         self.reloader: SnapshotReloader | None = None
         self.flusher: UsageFlusher | None = None
@@ -147,12 +171,13 @@ class Sluice:
 
     async def start(self) -> None:
         s = self.settings
-        self._grpc = GrpcServer(
+        self._grpc = self._grpc_front or GrpcServer(
             self.limiter,
             s.host,
             s.grpc_port,
             metrics=self.metrics,
             credentials=self.tls.grpc_credentials() if self.tls else None,
+            core=self.rls,
         )
         self.grpc_port = self._grpc.port
         await self._grpc.start()
@@ -206,7 +231,7 @@ class Sluice:
             await self.reloader.stop()
         if self._grpc is not None:
             await self._grpc.set_serving(False)
-            if not await self._grpc.servicer.drain(self.settings.shutdown_grace_s):
+            if not await self.rls.drain(self.settings.shutdown_grace_s):
                 log.warning("shutdown grace period over: calls still in flight are cut off")
             if not exiting:
                 await self._grpc.stop(0)

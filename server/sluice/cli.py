@@ -213,25 +213,40 @@ def _settings(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from sluice.app import Sluice  # the server stack is only imported when serving
-
     limit = settings.max_sliding_log_limit
     policies = load_path(args.config, max_log_limit=limit) if args.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
+    if settings.transport == "pyvoy":
+        # Envoy serves the gRPC port; Sluice runs inside it (sluice/pyvoy_launcher.py).
+        from sluice.pyvoy_launcher import serve
+
+        with PolicyStore(settings.database_url) as store:
+            _prepare_store(store, args, policies, limit)
+        return asyncio.run(serve(settings))
+
+    from sluice.app import Sluice  # the server stack is only imported when serving
+
     sluice = Sluice(settings)
     with PolicyStore(settings.database_url) as store:
-        try:
-            store.upgrade()
-        except ConfigDatabaseError:
-            if policies is not None:
-                raise  # asked to import: that cannot happen without the database
-            # Without --config the local snapshot cache can still serve: attach() decides.
-            log.warning("config database unreachable at start", exc_info=True)
-        if policies is not None:
-            changed = PolicyService(store, max_log_limit=limit).publish(
-                policies, author=_author(args), comment=f"sluice serve --config {args.config}"
-            )
-            log.info("imported %s: %s", args.config, changed or "no changes")
+        _prepare_store(store, args, policies, limit)
         sluice.attach(store)
         asyncio.run(sluice.run_until_signal())
     return 0
+
+
+def _prepare_store(
+    store: PolicyStore, args: argparse.Namespace, policies: list | None, limit: int
+) -> None:
+    """Bring the schema up to date and import ``--config``, before serving."""
+    try:
+        store.upgrade()
+    except ConfigDatabaseError:
+        if policies is not None:
+            raise  # asked to import: that cannot happen without the database
+        # Without --config the local snapshot cache can still serve: attach() decides.
+        log.warning("config database unreachable at start", exc_info=True)
+    if policies is not None:
+        changed = PolicyService(store, max_log_limit=limit).publish(
+            policies, author=_author(args), comment=f"sluice serve --config {args.config}"
+        )
+        log.info("imported %s: %s", args.config, changed or "no changes")
