@@ -21,6 +21,7 @@ filter as the terminal HTTP filter) with these deliberate changes for gRPC:
 - The admin interface on a Unix socket in a private directory, never a TCP port, used only
   to read the port Envoy bound (for --grpc-port 0).
 - No ``server: envoy`` header added to responses.
+- At most 10,000 downstream connections (Envoy's overload manager; unlimited by default).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import http.client
 import json
 import logging
 import os
@@ -52,12 +54,13 @@ KILL_AFTER_S = 10.0
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"  # noqa: E501
 
 
-def envoy_config(settings: Settings, admin_socket: Path) -> dict[str, Any]:
-    """pyvoy's Envoy config for the Sluice app, with the changes the module docstring lists."""
+def envoy_config(settings: Settings, admin_socket: Path, app: str = APP) -> dict[str, Any]:
+    """pyvoy's Envoy config for ``app`` (the Sluice app unless a benchmark's no-op), with the
+    changes the module docstring lists."""
     from pyvoy import PyvoyServer
 
     config = PyvoyServer(
-        APP,
+        app,
         address=settings.host,
         port=settings.grpc_port,
         lifespan=True,  # Sluice starts (and refuses to start) from the ASGI lifespan
@@ -65,6 +68,18 @@ def envoy_config(settings: Settings, admin_socket: Path) -> dict[str, Any]:
         worker_threads=1,
     ).get_envoy_config()
     config["admin"] = {"address": {"pipe": {"path": str(admin_socket), "mode": 0o600}}}
+    config["overload_manager"] = {
+        "resource_monitors": [
+            {
+                "name": "envoy.resource_monitors.global_downstream_max_connections",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                    "downstream_connections.v3.DownstreamConnectionsConfig",
+                    "max_active_downstream_connections": 10_000,
+                },
+            }
+        ]
+    }
     for listener in config["static_resources"]["listeners"]:
         for chain in listener["filter_chains"]:
             for network_filter in chain["filters"]:
@@ -114,16 +129,25 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=5)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(5)
+        self.sock.connect(self._path)
+
+
 def _listener_port(admin_socket: Path) -> int:
     """The port of Envoy's listener, from the admin interface."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(5)
-        sock.connect(str(admin_socket))
-        sock.sendall(b"GET /listeners?format=json HTTP/1.0\r\nHost: admin\r\n\r\n")
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    body = json.loads(data.split(b"\r\n\r\n", 1)[1])
+    connection = _UnixHTTPConnection(admin_socket)
+    try:
+        connection.request("GET", "/listeners?format=json")
+        body = json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
     for status in body["listener_statuses"]:
         if status["name"] == "listener":
             return int(status["local_address"]["socket_address"]["port_value"])

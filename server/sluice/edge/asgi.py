@@ -59,6 +59,18 @@ _CONTENT_TYPES = frozenset((b"application/grpc", b"application/grpc+proto"))
 _ACCEPT_ENCODING = b"identity,gzip"
 _GRPC_CONTENT_TYPE = (b"content-type", b"application/grpc")
 _OK_TRAILERS = [(b"grpc-status", b"0")]
+# The messages of a plain unary response, built once (ASGI servers do not change them).
+_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [_GRPC_CONTENT_TYPE, (b"grpc-accept-encoding", _ACCEPT_ENCODING)],
+    "trailers": True,
+}
+_OK_TRAILERS_MESSAGE = {
+    "type": "http.response.trailers",
+    "headers": _OK_TRAILERS,
+    "more_trailers": False,
+}
 # Not metadata: the transport's own headers.
 _RESERVED = frozenset(
     ("content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "host")
@@ -144,7 +156,7 @@ class _Disconnected(Exception):
 class _Reader:
     """Length-prefixed messages out of the request body, as ``receive()`` delivers it."""
 
-    __slots__ = ("_buffer", "_gzip", "_max", "_more", "_receive")
+    __slots__ = ("_buffer", "_gzip", "_max", "_more", "_receive", "shielded")
 
     def __init__(self, receive: Receive, gzip: bool, max_bytes: int) -> None:
         self._receive = receive
@@ -152,11 +164,16 @@ class _Reader:
         self._max = max_bytes
         self._buffer = b""
         self._more = True
+        # Set where a read may be cancelled (the streaming kinds): a cancelled wait must
+        # not cancel the server's receive future (pyvoy completes it all the same, and
+        # logs an InvalidStateError if it was cancelled).
+        self.shielded = False
 
     async def _fill(self) -> None:
-        # Shielded: a call cancelled (deadline, client gone) while waiting must not cancel
-        # the server's receive future, which the server completes later all the same.
-        message = await asyncio.shield(self._receive())
+        if self.shielded:
+            message = await asyncio.shield(self._receive())
+        else:
+            message = await self._receive()
         if message["type"] == "http.disconnect":
             self._more = False
             raise _Disconnected
@@ -293,7 +310,7 @@ class GrpcApp:
         if method is None:
             await _trailers_only(send, Status.UNIMPLEMENTED, f"Method not found: {path}")
             return
-        if encoding is not None and encoding not in (b"identity", b"gzip"):
+        if encoding is not None and encoding != b"identity" and encoding != b"gzip":
             await _trailers_only(
                 send,
                 Status.UNIMPLEMENTED,
@@ -301,17 +318,18 @@ class GrpcApp:
             )
             return
         deadline = None
-        loop = asyncio.get_running_loop()
         if timeout is not None and (seconds := parse_timeout(timeout)) is not None:
-            deadline = loop.time() + seconds
+            deadline = asyncio.get_running_loop().time() + seconds
         context = Context(path, headers, deadline)
         reader = _Reader(receive, encoding == b"gzip", self.max_receive_message_bytes)
         try:
-            if deadline is None:
+            if method.kind is UNARY_UNARY:
+                await self._unary(method, context, reader, send)
+            elif deadline is None:
                 await self._dispatch(method, context, reader, send)
             else:
                 async with asyncio.timeout_at(deadline):
-                    if loop.time() >= deadline:
+                    if asyncio.get_running_loop().time() >= deadline:
                         raise TimeoutError
                     await self._dispatch(method, context, reader, send)
         except TimeoutError:
@@ -327,23 +345,32 @@ class GrpcApp:
             log.exception("gRPC method %s failed", path)
             await _end(send, context, Status.UNKNOWN, "Exception calling application")
 
+    async def _unary(self, method: Method, context: Context, reader: _Reader, send: Send) -> None:
+        """The hot path: one message in (read before the deadline's timer starts: a client
+        that stops sending resets the stream at its own deadline), one message out."""
+        request = await _one_request(method, reader)
+        deadline = context.deadline
+        if deadline is None:
+            response = await method.handler(request, context)
+        else:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise TimeoutError  # not handed to the handler: nothing decided
+            async with asyncio.timeout_at(deadline):
+                response = await method.handler(request, context)
+        body = {"type": "http.response.body", "body": frame(method.encode(response))}
+        if context._initial:  # noqa: SLF001
+            await _start(send, context)
+        else:
+            context._started = True  # noqa: SLF001
+            await send(_START)
+        await send(body)
+        await _finish(send, context)
+
     async def _dispatch(
         self, method: Method, context: Context, reader: _Reader, send: Send
     ) -> None:
         kind = method.kind
-        if kind == UNARY_UNARY:
-            request = await _one_request(method, reader)
-            response = await method.handler(request, context)
-            await _start(send, context)
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": frame(method.encode(response)),
-                    "more_body": False,
-                }
-            )
-            await _finish(send, context)
-            return
+        reader.shielded = True  # the handler (and with it a read) may be cancelled
         if kind == UNARY_STREAM:
             request = await _one_request(method, reader)
             await _stream_out(method, method.handler(request, context), context, reader, send)
@@ -492,13 +519,11 @@ async def _start(send: Send, context: Context) -> None:
 
 async def _finish(send: Send, context: Context) -> None:
     trailing = context._trailing  # noqa: SLF001
-    await send(
-        {
-            "type": "http.response.trailers",
-            "headers": _OK_TRAILERS + trailing if trailing else _OK_TRAILERS,
-            "more_trailers": False,
-        }
-    )
+    if not trailing:
+        await send(_OK_TRAILERS_MESSAGE)
+        return
+    message = {"type": "http.response.trailers", "headers": _OK_TRAILERS + trailing}
+    await send(message)
 
 
 async def _close(send: Send, context: Context, status: Status, message: str) -> None:
