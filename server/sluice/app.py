@@ -207,6 +207,9 @@ class Sluice:
         if self.flusher is not None:
             self.flusher.start()
         self._serving = True
+        if self._grpc_front is not None:  # Envoy listens: its launcher logs the port
+            log.info("serving; HTTP on %s:%d", s.host, self.http_port)
+            return
         log.info(
             "gRPC on %s:%d, HTTP on %s:%d, %s",
             s.host,
