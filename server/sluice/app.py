@@ -169,7 +169,10 @@ class Sluice:
             state["usage_flush_failures"] = self.flusher.failures
         return state
 
-    async def start(self) -> None:
+    async def start(self, *, serving: bool = True) -> None:
+        """Open both ports and start the background work. ``serving=False``: health (gRPC and
+        /healthcheck) says not serving until ``set_serving(True)`` (under pyvoy, once Envoy's
+        listener accepts: the app starts before it)."""
         s = self.settings
         self._grpc = self._grpc_front or GrpcServer(
             self.limiter,
@@ -206,7 +209,9 @@ class Sluice:
             self.reloader.start()
         if self.flusher is not None:
             self.flusher.start()
-        self._serving = True
+        self._serving = serving
+        if not serving:
+            await self._grpc.set_serving(False)
         if self._grpc_front is not None:  # Envoy listens: its launcher logs the port
             log.info("serving; HTTP on %s:%d", s.host, self.http_port)
             return
@@ -218,6 +223,11 @@ class Sluice:
             self.http_port,
             "plaintext" if self.tls is None else "mTLS" if self.tls.mutual else "TLS",
         )
+
+    async def set_serving(self, serving: bool) -> None:
+        self._serving = serving
+        if self._grpc is not None:
+            await self._grpc.set_serving(serving)
 
     async def stop(self, *, exiting: bool = False) -> None:
         """Drain, then close. Health turns NOT_SERVING and new calls are refused with

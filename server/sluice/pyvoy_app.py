@@ -9,7 +9,8 @@ over one limiter, exactly as under grpc.aio.
 Settings come from the environment (``SLUICE_*``, secrets as ``SLUICE_*_FILE``) the launcher
 sets. A socket inherited from the launcher (fd ``SLUICE_EDGE_CONTROL_FD``) carries the
 lifecycle, because Envoy owns the process's signals: this app writes ``ready HTTP_PORT``
-once serving; the launcher writes ``drain`` on SIGTERM, and the app drains as grpc.aio does
+once started; the launcher writes ``serving`` once Envoy's listener accepts (health turns
+SERVING then), and ``drain`` on SIGTERM, and the app drains as grpc.aio does
 (health NOT_SERVING, new calls UNAVAILABLE, calls in flight finish within the grace period,
 usage flushed) and answers ``stopped``; the launcher then ends Envoy. If the launcher goes
 away (the socket reads end-of-file), the app drains and ends Envoy itself.
@@ -78,7 +79,7 @@ class EdgeFront:
         self.port = port
 
     async def start(self) -> None:
-        await self.set_serving(True)
+        """Health is set by ``Sluice`` (SERVING once Envoy's listener accepts)."""
 
     async def set_serving(self, serving: bool) -> None:
         Response = health_pb2.HealthCheckResponse  # noqa: N806
@@ -112,11 +113,14 @@ class Embedded:
         self._store = store.__enter__()
         # The launcher brought the schema up to date (and imported --config) already.
         self.sluice.attach(store)
-        await self.sluice.start()
         fd = os.environ.get(CONTROL_FD_VARIABLE)
         if fd is None:
             log.warning("no %s: not started by sluice serve", CONTROL_FD_VARIABLE)
+            await self.sluice.start()
             return
+        # Not serving yet: Envoy starts its listener after this startup; the launcher says
+        # "serving" once the listener accepts, so health never runs ahead of the port.
+        await self.sluice.start(serving=False)
         sock = socket.socket(fileno=int(fd))
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         writer.write(b"ready %d\n" % self.sluice.http_port)
@@ -125,6 +129,9 @@ class Embedded:
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         line = await reader.readline()
+        if line == b"serving\n":
+            await self.sluice.set_serving(True)
+            line = await reader.readline()
         await self.stop()
         if line:
             writer.write(b"stopped\n")

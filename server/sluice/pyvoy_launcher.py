@@ -193,6 +193,12 @@ async def serve(settings: Settings) -> int:
             return 1
         http_port = int(line.split()[1])
         grpc_port = settings.grpc_port or await asyncio.to_thread(_listener_port, admin_socket)
+        if not await _accepts(settings.host, grpc_port, exited):
+            log.error("Envoy's listener on %s:%d did not accept", settings.host, grpc_port)
+            await _end(process)
+            return 1
+        writer.write(b"serving\n")
+        await writer.drain()
         log.info(
             "gRPC on %s:%d (Envoy, pid %d, through pyvoy), HTTP on %s:%d, plaintext",
             settings.host,
@@ -231,6 +237,21 @@ async def serve(settings: Settings) -> int:
         writer.close()
         log.info("stopped")
         return 0
+
+
+async def _accepts(host: str, port: int, exited: asyncio.Future[int]) -> bool:
+    """Wait until a TCP connection to the listener succeeds (the app starts before it)."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+    while asyncio.get_running_loop().time() < deadline and not exited.done():
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(target, port), 1)
+        except (OSError, TimeoutError):
+            await asyncio.sleep(0.02)
+            continue
+        writer.close()
+        return True
+    return False
 
 
 async def _end(process: asyncio.subprocess.Process) -> int | None:
