@@ -123,6 +123,20 @@ def test_health_of_an_unknown_service(channel: grpc.Channel) -> None:
     watch.cancel()
 
 
+def test_reflection_v1_answers_as_v1alpha(channel: grpc.Channel) -> None:
+    # v1's messages are v1alpha's on the wire: grpcurl and newer clients ask v1 first.
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    call = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    [response] = call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+    names = {s.name for s in response.list_services_response.service}
+    assert {RLS_NAME, "grpc.health.v1.Health"} <= names
+
+
 def test_hundreds_of_concurrent_streams_all_decided(server: SluiceProcess, tmp_path: Path) -> None:
     body = tmp_path / "body.bin"
     message = request("d", "h2load").SerializeToString()
