@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -17,6 +18,7 @@ from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import RedisTls, connect
 from sluice.clock import Clock, SystemClock
+from sluice.grpc.core import RateLimitCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
 from sluice.limiter import LimiterSettings, RateLimiter
@@ -32,7 +34,7 @@ from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import UsageRecorder
 from sluice.usage.store import UsageStore
 
-__all__ = ["Sluice", "make_backend"]
+__all__ = ["GrpcFront", "Sluice", "make_backend"]
 
 log = logging.getLogger("sluice")
 
@@ -60,6 +62,20 @@ def make_backend(settings: Settings) -> Backend:
     return backend
 
 
+class GrpcFront(Protocol):
+    """What serves the gRPC port: grpc.aio's server (``GrpcServer``, the default), or the
+    ASGI edge Envoy runs (``sluice.pyvoy_app``). Either answers ShouldRateLimit through
+    ``Sluice.rls``, which drains on stop."""
+
+    port: int
+
+    async def start(self) -> None: ...
+
+    async def set_serving(self, serving: bool) -> None: ...
+
+    async def stop(self, grace_s: float) -> None: ...
+
+
 class Sluice:
     """One server: the gRPC port and the HTTP port over one limiter and one snapshot."""
 
@@ -70,6 +86,7 @@ class Sluice:
         clock: Clock | None = None,
         backend: Backend | None = None,
         metrics_dir: str | None = None,
+        grpc_front: GrpcFront | None = None,
     ) -> None:
         """``metrics_dir``: one of ``--workers`` processes, whose metrics are added up there."""
         self.settings = settings
@@ -92,8 +109,11 @@ class Sluice:
             ),
             recorder=self.recorder,
         )
+        # ShouldRateLimit, whichever transport serves it; drained on stop.
+        self.rls = RateLimitCore(self.limiter, self.metrics)
+        self._grpc_front = grpc_front
         self._serving = False
-        self._grpc: GrpcServer | None = None
+        self._grpc: GrpcFront | None = None
         self._http: web.AppRunner | None = None
         self.reloader: SnapshotReloader | None = None
         self.flusher: UsageFlusher | None = None
@@ -152,18 +172,22 @@ class Sluice:
             state["usage_flush_failures"] = self.flusher.failures
         return state
 
-    async def start(self) -> None:
+    async def start(self, *, serving: bool = True) -> None:
+        """Open both ports and start the background work. ``serving=False``: health (gRPC and
+        /healthcheck) says not serving until ``set_serving(True)`` (under pyvoy, once Envoy's
+        listener accepts: the app starts before it)."""
         s = self.settings
         # Several worker processes (--workers) listen on the same ports; the kernel spreads
         # connections between them.
         shared_ports = s.worker_count > 1
-        self._grpc = GrpcServer(
+        self._grpc = self._grpc_front or GrpcServer(
             self.limiter,
             s.host,
             s.grpc_port,
             metrics=self.metrics,
             credentials=self.tls.grpc_credentials() if self.tls else None,
             reuse_port=shared_ports,
+            core=self.rls,
         )
         self.grpc_port = self._grpc.port
         await self._grpc.start()
@@ -194,7 +218,12 @@ class Sluice:
         if self.flusher is not None:
             self.flusher.start()
         self.metrics.start()
-        self._serving = True
+        self._serving = serving
+        if not serving:
+            await self._grpc.set_serving(False)
+        if self._grpc_front is not None:  # Envoy listens: its launcher logs the port
+            log.info("serving; HTTP on %s:%d", s.host, self.http_port)
+            return
         log.info(
             "gRPC on %s:%d, HTTP on %s:%d, %s",
             s.host,
@@ -203,6 +232,11 @@ class Sluice:
             self.http_port,
             "plaintext" if self.tls is None else "mTLS" if self.tls.mutual else "TLS",
         )
+
+    async def set_serving(self, serving: bool) -> None:
+        self._serving = serving
+        if self._grpc is not None:
+            await self._grpc.set_serving(serving)
 
     async def stop(self, *, exiting: bool = False) -> None:
         """Drain, then close. Health turns NOT_SERVING and new calls are refused with
@@ -219,7 +253,7 @@ class Sluice:
             await self.reloader.stop()
         if self._grpc is not None:
             await self._grpc.set_serving(False)
-            if not await self._grpc.servicer.drain(self.settings.shutdown_grace_s):
+            if not await self.rls.drain(self.settings.shutdown_grace_s):
                 log.warning("shutdown grace period over: calls still in flight are cut off")
             if not exiting:
                 await self._grpc.stop(0)

@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 
 from sluice import __version__
 from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
+from sluice.model import DomainPolicy
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import dump_policies, load_path
@@ -229,29 +230,45 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     limit = settings.max_sliding_log_limit
     policies = load_path(args.config, max_log_limit=limit) if args.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
-    if workers == 1:
-        from sluice.app import Sluice  # the server stack is only imported when serving
+    if settings.transport == "pyvoy":
+        # Envoy serves the gRPC port; Sluice runs inside it (sluice/pyvoy_launcher.py).
+        from sluice.pyvoy_launcher import serve
 
-        sluice = Sluice(settings)
-    # With --workers the import and the upgrade happen here, once, before any worker starts.
+        with PolicyStore(settings.database_url) as store:
+            _prepare_store(store, args, policies, limit)
+        return asyncio.run(serve(settings))
+    if workers > 1:
+        # The import and the upgrade happen here, once, before any worker starts.
+        with PolicyStore(settings.database_url) as store:
+            _prepare_store(store, args, policies, limit)
+        from sluice.workers import Supervisor
+
+        return Supervisor(settings, workers).run()
+
+    from sluice.app import Sluice  # the server stack is only imported when serving
+
+    sluice = Sluice(settings)
     with PolicyStore(settings.database_url) as store:
-        try:
-            store.upgrade()
-        except ConfigDatabaseError as exc:
-            if policies is not None:
-                raise  # asked to import: that cannot happen without the database
-            # Without --config the local snapshot cache can still serve: attach() decides.
-            # An outage, not a bug: one line (the reloader reports it again as it polls).
-            log.warning("config database unreachable at start: %s", exc)
-        if policies is not None:
-            changed = PolicyService(store, max_log_limit=limit).publish(
-                policies, author=_author(args), comment=f"sluice serve --config {args.config}"
-            )
-            log.info("imported %s: %s", args.config, changed or "no changes")
-        if workers == 1:
-            sluice.attach(store)
-            asyncio.run(sluice.run_until_signal())
-            return 0
-    from sluice.workers import Supervisor
+        _prepare_store(store, args, policies, limit)
+        sluice.attach(store)
+        asyncio.run(sluice.run_until_signal())
+    return 0
 
-    return Supervisor(settings, workers).run()
+
+def _prepare_store(
+    store: PolicyStore, args: argparse.Namespace, policies: list[DomainPolicy] | None, limit: int
+) -> None:
+    """Bring the schema up to date and import ``--config``, before serving."""
+    try:
+        store.upgrade()
+    except ConfigDatabaseError as exc:
+        if policies is not None:
+            raise  # asked to import: that cannot happen without the database
+        # Without --config the local snapshot cache can still serve: attach() decides.
+        # An outage, not a bug: one line (the reloader reports it again as it polls).
+        log.warning("config database unreachable at start: %s", exc)
+    if policies is not None:
+        changed = PolicyService(store, max_log_limit=limit).publish(
+            policies, author=_author(args), comment=f"sluice serve --config {args.config}"
+        )
+        log.info("imported %s: %s", args.config, changed or "no changes")

@@ -16,9 +16,10 @@ from typing import Any
 
 from sluice.bounds import RequestBounds
 
-__all__ = ["BACKENDS", "Settings", "add_arguments", "from_arguments"]
+__all__ = ["BACKENDS", "TRANSPORTS", "Settings", "add_arguments", "from_arguments"]
 
 BACKENDS = ("memory", "redis")
+TRANSPORTS = ("grpcio", "pyvoy")
 
 
 def _setting(default: Any, help: str, *, secret: bool = False) -> Any:
@@ -35,6 +36,11 @@ class Settings:
     host: str = _setting("0.0.0.0", "Address both ports bind to.")
     grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
     http_port: int = _setting(8080, "HTTP port (/healthcheck, /json).")
+    transport: str = _setting(
+        "grpcio",
+        "What serves the gRPC port: grpcio (grpc.aio) or pyvoy (Envoy's HTTP/2 running Sluice's "
+        "gRPC-over-ASGI edge; plaintext only for now).",
+    )
     tls_cert_file: str = _setting(
         "", "PEM certificate chain both ports present; with --tls-key-file, TLS on both ports."
     )
@@ -252,6 +258,17 @@ def _validate(settings: Settings) -> None:
     if settings.backend not in BACKENDS:
         raise ValueError(
             f"{flag_name('backend')}: unknown backend '{settings.backend}' ({', '.join(BACKENDS)})"
+        )
+    if settings.transport not in TRANSPORTS:
+        raise ValueError(
+            f"{flag_name('transport')}: unknown transport '{settings.transport}' "
+            f"({', '.join(TRANSPORTS)})"
+        )
+    if settings.transport == "pyvoy" and (settings.tls_cert_file or settings.tls_client_ca_file):
+        raise ValueError(
+            f"{flag_name('transport')} pyvoy: TLS is not supported on this transport yet; "
+            f"unset {flag_name('tls_cert_file')}, {flag_name('tls_key_file')} and "
+            f"{flag_name('tls_client_ca_file')}, or use {flag_name('transport')} grpcio"
         )
     if settings.redis_failure_mode not in FAILURE_MODES:
         raise ValueError(

@@ -61,6 +61,11 @@ def refusal(settings: Settings) -> str | None:
             "backend each worker would keep its own counters and limits would not hold; "
             f"use Redis, or {flag_name('workers')} 1"
         )
+    if settings.transport != "grpcio":
+        return (
+            f"{flag_name('workers')} {n} runs only with {flag_name('transport')} grpcio for now "
+            f"(one {settings.transport} process per core: run several behind a load balancer)"
+        )
     for name in ("grpc_port", "http_port"):
         if getattr(settings, name) == 0:
             return (

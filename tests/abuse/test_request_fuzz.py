@@ -377,14 +377,16 @@ def test_every_request_gets_a_decision_or_names_the_bad_field(
 # --- over gRPC: the servicer's status codes -------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceProcess]:
+# The gRPC tests run against both transports of the gRPC port (sluice serve --transport).
+@pytest.fixture(scope="module", params=["grpcio", "pyvoy"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SluiceProcess]:
     workdir = tmp_path_factory.mktemp("fuzz")
     config = workdir / "policy.yaml"
     config.write_text(POLICY)
-    with sluice_serve(
-        workdir, config=config, extra_args=["--response-headers", "--memory-max-keys", "1000"]
-    ) as process:
+    args = ["--response-headers", "--memory-max-keys", "1000", "--transport", request.param]
+    with sluice_serve(workdir, config=config, extra_args=args) as process:
         yield process
     assert "ShouldRateLimit failed" not in process.log(), process.log()
 

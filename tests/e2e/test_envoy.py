@@ -85,14 +85,18 @@ def upstream() -> Iterator[int]:
         thread.join(5)
 
 
-@pytest.fixture(scope="module")
-def stack(upstream: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+# Envoy's ratelimit filter against both transports of Sluice's gRPC port.
+@pytest.fixture(scope="module", params=["grpcio", "pyvoy"])
+def stack(
+    upstream: int, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
     try:
         envoy_binary()
     except FileNotFoundError as exc:
         pytest.fail(str(exc))  # never a skip: a missing Envoy must not pass as green
     workdir = tmp_path_factory.mktemp("envoy-e2e")
-    with sluice_serve(workdir, config=POLICY) as sluice:
+    transport = ["--transport", request.param]
+    with sluice_serve(workdir, config=POLICY, extra_args=transport) as sluice:
         listener, admin = free_port(), free_port()
         config = rewrite_ports(
             yaml.safe_load(ENVOY_CONFIG.read_text()),

@@ -33,12 +33,19 @@ def descriptor(*entries: tuple[str, str], **kwargs: object) -> ratelimit_pb2.Rat
     )
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceProcess]:
+# Every test here runs against both transports of the gRPC port (sluice serve --transport).
+TRANSPORTS = ["grpcio", "pyvoy"]
+
+
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SluiceProcess]:
     workdir = tmp_path_factory.mktemp("grpc")
     config = workdir / "policy.yaml"
     config.write_text(POLICY)
-    with sluice_serve(workdir, config=config, extra_args=["--max-descriptors", "4"]) as process:
+    args = ["--max-descriptors", "4", "--transport", request.param]
+    with sluice_serve(workdir, config=config, extra_args=args) as process:
         yield process
 
 
@@ -201,7 +208,8 @@ def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> No
     assert [m.name for m in file.service[0].method] == ["ShouldRateLimit"]
 
 
-def test_sigterm_stops_the_server_cleanly(tmp_path: Path) -> None:
-    with sluice_serve(tmp_path) as process:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sigterm_stops_the_server_cleanly(tmp_path: Path, transport: str) -> None:
+    with sluice_serve(tmp_path, extra_args=["--transport", transport]) as process:
         assert process.terminate() == 0
         assert "stopped" in process.log()

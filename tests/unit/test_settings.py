@@ -142,3 +142,14 @@ def test_docs_table_lists_every_setting_with_its_default() -> None:
         for f in fields(Settings)
     ]
     assert rows == expected
+
+
+def test_transport_is_grpcio_or_pyvoy_and_pyvoy_refuses_tls_for_now() -> None:
+    assert from_arguments(parse()).transport == "grpcio"
+    assert from_arguments(parse("--transport", "pyvoy")).transport == "pyvoy"
+    with pytest.raises(ValueError, match="unknown transport 'h3'"):
+        from_arguments(parse("--transport", "h3"))
+    tls = ("--tls-cert-file", "c.pem", "--tls-key-file", "k.pem")
+    with pytest.raises(ValueError, match="--transport pyvoy: TLS is not supported"):
+        from_arguments(parse("--transport", "pyvoy", *tls))
+    assert from_arguments(parse(*tls)).tls_cert_file == "c.pem"  # grpcio: as before

@@ -7,6 +7,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
+from sluice.grpc.core import RateLimitCore
 from sluice.grpc.servicer import RateLimitServicer, decode_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
@@ -28,6 +29,7 @@ class GrpcServer:
         metrics: Metrics | None = None,
         credentials: grpc.ServerCredentials | None = None,
         reuse_port: bool = False,
+        core: RateLimitCore | None = None,
     ) -> None:
         """``reuse_port``: share the port with other processes that set it too (workers);
         otherwise binding a port another server holds fails."""
@@ -37,7 +39,7 @@ class GrpcServer:
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
             ]
         )
-        self.servicer = RateLimitServicer(limiter, metrics)  # drain() on shutdown
+        self.servicer = RateLimitServicer(limiter, metrics, core=core)  # drain() on shutdown
         _add_rate_limit_service(self.servicer, self._server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

@@ -1,117 +1,49 @@
-"""RateLimitService/ShouldRateLimit: convert, call the limiter, convert back.
+"""RateLimitService/ShouldRateLimit on grpc.aio: the transport-neutral ``RateLimitCore``
+(grpc/core.py) behind grpc.aio's servicer interface.
 
 Draining (``drain()``, on shutdown): new calls are refused with UNAVAILABLE, which a client
 may safely retry on another instance (the call changed nothing here), while the calls already
 deciding finish. gRPC's own server shutdown is no substitute: calls that reach it while it runs
 are cancelled, and CANCELLED is a status clients do not retry.
-
-Bytes that are not a RateLimitRequest get INVALID_ARGUMENT saying why (``decode_request``):
-a deserializer that raised would leave grpc.aio to answer UNKNOWN with a Python type name.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from typing import Any
-
 import grpc
-from google.protobuf.message import DecodeError
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.convert import decision_to_proto, request_from_proto
+from sluice.grpc.core import RateLimitCore, Refusal, UndecodableRequest, decode_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 
 __all__ = ["RateLimitServicer", "UndecodableRequest", "decode_request"]
 
-log = logging.getLogger(__name__)
-
-
-class UndecodableRequest:
-    """What ``decode_request`` passes on in place of bytes protobuf could not parse."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def decode_request(data: bytes) -> rls_pb2.RateLimitRequest | UndecodableRequest:
-    """The request deserializer to register ShouldRateLimit with: it never raises."""
-    try:
-        return rls_pb2.RateLimitRequest.FromString(data)
-    except DecodeError as exc:
-        return UndecodableRequest(
-            f"request: not a RateLimitRequest in protobuf's wire format: {exc}"
-        )
-
 
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
-    def __init__(self, limiter: RateLimiter, metrics: Metrics | None = None) -> None:
-        self._limiter = limiter
-        self._latency = metrics.request_seconds if metrics is not None else None
-        # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
-        self._observers: dict[str, Any] = {}
-        self._in_flight = 0
-        self._draining = False
-        self._idle = asyncio.Event()
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        metrics: Metrics | None = None,
+        *,
+        core: RateLimitCore | None = None,
+    ) -> None:
+        self.core = core if core is not None else RateLimitCore(limiter, metrics)
+        self._decide = self.core.decide
 
     async def drain(self, timeout_s: float) -> bool:
         """Refuse new calls from now on; wait up to ``timeout_s`` for the calls in flight.
 
         True when none is left.
         """
-        self._draining = True
-        if self._in_flight == 0:
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self.core.drain(timeout_s)
 
     async def ShouldRateLimit(  # noqa: N802 (the name is fixed by the proto)
         self,
         request: rls_pb2.RateLimitRequest | UndecodableRequest,
         context: grpc.aio.ServicerContext,
     ) -> rls_pb2.RateLimitResponse:
-        if self._draining:
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, "shutting down: retry on another instance"
-            )
-        started = time.perf_counter()
-        code = "error"
-        self._in_flight += 1
         try:
-            if request.__class__ is UndecodableRequest:
-                raise InvalidRequestError(request.reason)
-            decision = await self._limiter.should_rate_limit(request_from_proto(request))
-            code = decision.overall_code.name
-        except SluiceError as exc:
-            # Bad input, or (failure mode "error") unreachable state: the status says which,
-            # and the caller's own policy (Envoy's failure_mode_deny) decides the rest.
-            status = status_of(exc)
-            if status is None:
-                log.exception("ShouldRateLimit failed for domain %r", request.domain)
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error deciding the request")
-            assert status is not None
-            if isinstance(exc, InvalidRequestError):
-                code = "invalid"
-            await context.abort(grpc.StatusCode[status.grpc], str(exc))
-        except Exception:
-            # Envoy fails open on any RLS error; log it loudly so it is not silent here too.
-            log.exception("ShouldRateLimit failed for domain %r", request.domain)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error deciding the request")
-        finally:
-            self._in_flight -= 1
-            if self._draining and self._in_flight == 0:
-                self._idle.set()
-            if self._latency is not None:
-                observer = self._observers.get(code)
-                if observer is None:
-                    observer = self._observers[code] = self._latency.labels("grpc", code)
-                observer.observe(time.perf_counter() - started)
-        return decision_to_proto(decision)
+            return await self._decide(request)
+        except Refusal as refusal:
+            await context.abort(grpc.StatusCode[refusal.code], refusal.message)
+            raise  # not reached: abort raises

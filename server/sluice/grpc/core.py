@@ -1,0 +1,143 @@
+"""ShouldRateLimit without a transport: convert, call the limiter, convert back, and drain.
+
+Both gRPC transports (grpc.aio in grpc/servicer.py, the ASGI edge served by pyvoy in
+sluice/rls_edge.py) answer through ``RateLimitCore.decide``: the same conversion, the same
+error mapping (``sluice.errors.status_of``), the same latency metric and the same drain.
+A refusal is raised as ``Refusal`` carrying a gRPC status name and message; each transport
+turns it into its own kind of error response.
+
+Draining (``drain()``, on shutdown): new calls are refused with UNAVAILABLE, which a client
+may safely retry on another instance (the call changed nothing here), while the calls already
+deciding finish.
+
+Bytes that are not a RateLimitRequest get INVALID_ARGUMENT saying why (``decode_request``):
+a deserializer that raised would leave grpc.aio to answer UNKNOWN with a Python type name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
+from sluice.errors import InvalidRequestError, SluiceError, status_of
+from sluice.grpc.convert import decision_to_proto, request_from_proto
+from sluice.limiter import RateLimiter
+from sluice.metrics import Metrics
+
+__all__ = [
+    "DRAINING_MESSAGE",
+    "RateLimitCore",
+    "Refusal",
+    "UndecodableRequest",
+    "decode_request",
+]
+
+log = logging.getLogger("sluice.grpc.servicer")  # the logger name the logs have always had
+
+DRAINING_MESSAGE = "shutting down: retry on another instance"
+INTERNAL_MESSAGE = "internal error deciding the request"
+
+
+class UndecodableRequest:
+    """What ``decode_request`` passes on in place of bytes protobuf could not parse."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def decode_request(data: bytes) -> rls_pb2.RateLimitRequest | UndecodableRequest:
+    """The request deserializer to register ShouldRateLimit with: it never raises."""
+    try:
+        return rls_pb2.RateLimitRequest.FromString(data)
+    except DecodeError as exc:
+        return UndecodableRequest(
+            f"request: not a RateLimitRequest in protobuf's wire format: {exc}"
+        )
+
+
+class Refusal(Exception):
+    """A call answered with a gRPC status other than OK: ``code`` is a grpc.StatusCode name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+
+class RateLimitCore:
+    def __init__(self, limiter: RateLimiter, metrics: Metrics | None = None) -> None:
+        self._limiter = limiter
+        self._latency = metrics.request_seconds if metrics is not None else None
+        # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
+        self._observers: dict[str, Any] = {}
+        self._in_flight = 0
+        self._draining = False
+        self._idle = asyncio.Event()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new calls from now on; wait up to ``timeout_s`` for the calls in flight.
+
+        True when none is left.
+        """
+        self._draining = True
+        if self._in_flight == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def decide(
+        self, request: rls_pb2.RateLimitRequest | UndecodableRequest
+    ) -> rls_pb2.RateLimitResponse:
+        """The response to one ShouldRateLimit call, or ``Refusal`` saying which status."""
+        if self._draining:
+            raise Refusal("UNAVAILABLE", DRAINING_MESSAGE)
+        started = time.perf_counter()
+        code = "error"
+        self._in_flight += 1
+        try:
+            if isinstance(request, UndecodableRequest):
+                raise InvalidRequestError(request.reason)
+            decision = await self._limiter.should_rate_limit(request_from_proto(request))
+            code = decision.overall_code.name
+        except SluiceError as exc:
+            # Bad input, or (failure mode "error") unreachable state: the status says which,
+            # and the caller's own policy (Envoy's failure_mode_deny) decides the rest.
+            status = status_of(exc)
+            if status is None:
+                log.exception("ShouldRateLimit failed for domain %r", _domain(request))
+                raise Refusal("INTERNAL", INTERNAL_MESSAGE) from None
+            if isinstance(exc, InvalidRequestError):
+                code = "invalid"
+            raise Refusal(status.grpc, str(exc)) from None
+        except Exception:
+            # Envoy fails open on any RLS error; log it loudly so it is not silent here too.
+            log.exception("ShouldRateLimit failed for domain %r", _domain(request))
+            raise Refusal("INTERNAL", INTERNAL_MESSAGE) from None
+        finally:
+            self._in_flight -= 1
+            if self._draining and self._in_flight == 0:
+                self._idle.set()
+            if self._latency is not None:
+                observer = self._observers.get(code)
+                if observer is None:
+                    observer = self._observers[code] = self._latency.labels("grpc", code)
+                observer.observe(time.perf_counter() - started)
+        return decision_to_proto(decision)
+
+
+def _domain(request: rls_pb2.RateLimitRequest | UndecodableRequest) -> str:
+    return "" if isinstance(request, UndecodableRequest) else request.domain

