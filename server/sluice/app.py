@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from aiohttp import web
 
@@ -211,7 +211,8 @@ class Sluice:
             reuse_port=True if shared_ports else None,
         )
         await site.start()
-        sockets = site._server.sockets if site._server is not None else ()  # noqa: SLF001
+        server = cast(asyncio.Server | None, site._server)  # noqa: SLF001 (aiohttp keeps it)
+        sockets = server.sockets if server is not None else ()
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
         if self.reloader is not None:
             self.reloader.start()

@@ -26,7 +26,9 @@ class GcraState:
     cells: int = 0  # cells admitted since
 
 
-def step(state: GcraState | None, limit: Limit, now: float, cost: int) -> tuple[GcraState, Outcome]:
+def step(
+    state: GcraState | None, limit: Limit, now: float, cost: int
+) -> tuple[GcraState | None, Outcome]:
     s = schedule((state.base, state.cells) if state is not None else None, limit, now, cost)
     new = GcraState(*s.cells) if s.cells is not None else state
     return new, Outcome(s.allowed, s.remaining, s.reset_s, fits=s.fits)

@@ -30,7 +30,7 @@ class QueueState:
 
 def step(
     state: QueueState | None, limit: Limit, now: float, cost: int
-) -> tuple[QueueState, Outcome]:
+) -> tuple[QueueState | None, Outcome]:
     s = schedule((state.base, state.cells) if state is not None else None, limit, now, cost)
     new = QueueState(*s.cells) if s.cells is not None else state
     return new, Outcome(s.allowed, s.remaining, s.reset_s, s.delay_s, s.fits)

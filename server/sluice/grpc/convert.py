@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor as Descriptor_
 from google.protobuf.descriptor import FieldDescriptor
 
 from sluice._proto.envoy.config.core.v3 import base_pb2
@@ -48,13 +47,14 @@ def request_from_proto(message: rls_pb2.RateLimitRequest) -> RateLimitRequest:
 
 
 def decision_to_proto(decision: Decision) -> rls_pb2.RateLimitResponse:
-    response = rls_pb2.RateLimitResponse(overall_code=int(decision.overall_code))
+    # model.Code and model.Unit are numbered as Envoy's enums; the stubs want their own types.
+    response = rls_pb2.RateLimitResponse(overall_code=int(decision.overall_code))  # type: ignore[arg-type]
     for status in decision.statuses:
         out = response.statuses.add(code=int(status.code), limit_remaining=status.limit_remaining)
         limit = status.current_limit
         if limit is not None:
             out.current_limit.requests_per_unit = limit.requests_per_unit
-            out.current_limit.unit = int(limit.unit)
+            out.current_limit.unit = int(limit.unit)  # type: ignore[assignment]
             if limit.name:
                 out.current_limit.name = limit.name
             seconds, nanos = _duration(status.duration_until_reset_s)
@@ -121,7 +121,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
-def _check_shape(document: dict[str, Any], descriptor: Descriptor_, path: str) -> None:
+def _check_shape(document: dict[str, Any], descriptor: Any, path: str) -> None:
     """Raise InvalidRequestError, naming the field, where a JSON value has the wrong type for
     its field: json_format would report it as a Python error ("'int' object is not
     iterable", "expected string or bytes-like object") or even take [] for an object.

@@ -41,7 +41,8 @@ class GrpcServer:
         )
         self.servicer = RateLimitServicer(limiter, metrics, core=core)  # drain() on shutdown
         _add_rate_limit_service(self.servicer, self._server)
-        self.health = health.aio.HealthServicer()
+        # grpc-stubs (1.53) predates grpc_health's aio module and registered handlers.
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(
             (_RLS_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
@@ -88,4 +89,4 @@ def _add_rate_limit_service(servicer: RateLimitServicer, server: grpc.aio.Server
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_RLS_NAME, handlers),))
     # Registered handlers are looked up without the generic handlers' string matching.
-    server.add_registered_method_handlers(_RLS_NAME, handlers)
+    server.add_registered_method_handlers(_RLS_NAME, handlers)  # type: ignore[attr-defined]

@@ -9,6 +9,8 @@ are cancelled, and CANCELLED is a status clients do not retry.
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
@@ -40,7 +42,7 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
     async def ShouldRateLimit(  # noqa: N802 (the name is fixed by the proto)
         self,
         request: rls_pb2.RateLimitRequest | UndecodableRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> rls_pb2.RateLimitResponse:
         try:
             return await self._decide(request)
