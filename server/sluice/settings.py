@@ -264,12 +264,6 @@ def _validate(settings: Settings) -> None:
             f"{flag_name('transport')}: unknown transport '{settings.transport}' "
             f"({', '.join(TRANSPORTS)})"
         )
-    if settings.transport == "pyvoy" and (settings.tls_cert_file or settings.tls_client_ca_file):
-        raise ValueError(
-            f"{flag_name('transport')} pyvoy: TLS is not supported on this transport yet; "
-            f"unset {flag_name('tls_cert_file')}, {flag_name('tls_key_file')} and "
-            f"{flag_name('tls_client_ca_file')}, or use {flag_name('transport')} grpcio"
-        )
     if settings.redis_failure_mode not in FAILURE_MODES:
         raise ValueError(
             f"{flag_name('redis_failure_mode')}: '{settings.redis_failure_mode}' is not one of "

@@ -1,7 +1,8 @@
 """Both ports over TLS, and mTLS that refuses clients without a certificate the CA signed.
 
 Certificates are made by the test (tests/support/certs.py); the servers are real
-``sluice serve`` processes; the gRPC client is sluice-client, the HTTP client urllib.
+``sluice serve`` processes, on both transports of the gRPC port (grpc.aio, and Envoy through
+pyvoy); the gRPC client is sluice-client, the HTTP client urllib.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 2}
 """
+TRANSPORTS = ["grpcio", "pyvoy"]
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +36,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-def _serve(workdir: Path, pki: Pki, *, mutual: bool) -> Iterator[SluiceProcess]:
+def _serve(workdir: Path, pki: Pki, *, mutual: bool, transport: str) -> Iterator[SluiceProcess]:
     policy = workdir / "policy.yaml"
     policy.write_text(POLICY)
-    args = ["--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)]
+    args = ["--transport", transport]
+    args += ["--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)]
     if mutual:
         args += ["--tls-client-ca-file", str(pki.ca)]
     with sluice_serve(
@@ -46,14 +49,20 @@ def _serve(workdir: Path, pki: Pki, *, mutual: bool) -> Iterator[SluiceProcess]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def tls_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SluiceProcess]:
-    yield from _serve(tmp_path_factory.mktemp("tls"), pki, mutual=False)
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def tls_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pki: Pki
+) -> Iterator[SluiceProcess]:
+    workdir = tmp_path_factory.mktemp("tls")
+    yield from _serve(workdir, pki, mutual=False, transport=request.param)
 
 
-@pytest.fixture(scope="module")
-def mtls_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SluiceProcess]:
-    yield from _serve(tmp_path_factory.mktemp("mtls"), pki, mutual=True)
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def mtls_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pki: Pki
+) -> Iterator[SluiceProcess]:
+    workdir = tmp_path_factory.mktemp("mtls")
+    yield from _serve(workdir, pki, mutual=True, transport=request.param)
 
 
 def _check(server: SluiceProcess, user: str, **tls: object) -> bool:
@@ -159,7 +168,10 @@ def test_mtls_refuses_an_http_client_without_a_valid_certificate(
 
 
 @pytest.mark.slow
-def test_bad_tls_settings_stop_the_start_naming_the_flag(tmp_path: Path, pki: Pki) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_bad_tls_settings_stop_the_start_naming_the_flag(
+    tmp_path: Path, pki: Pki, transport: str
+) -> None:
     not_pem, missing = tmp_path / "not-pem", tmp_path / "missing.pem"
     not_pem.write_text("hello")
     cert, key = ["--tls-cert-file", str(pki.server_cert)], ["--tls-key-file", str(pki.server_key)]
@@ -176,7 +188,7 @@ def test_bad_tls_settings_stop_the_start_naming_the_flag(tmp_path: Path, pki: Pk
             f"--tls-client-ca-file: {not_pem} holds no PEM block",
         ),
     ]
-    db = ["--database-url", f"sqlite:///{tmp_path / 'db.sqlite'}"]
+    db = ["--database-url", f"sqlite:///{tmp_path / 'db.sqlite'}", "--transport", transport]
     for args, message in cases:
         result = run_sluice(["serve", "--grpc-port", "0", "--http-port", "0", *db, *args])
         assert result.returncode == 1, (message, result.stderr)
