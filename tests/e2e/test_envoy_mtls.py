@@ -4,7 +4,8 @@ Envoy's TLS settings for the rate-limit cluster are the snippet in docs/security
 from there (only the certificate paths are swapped for ones made by the test), so the
 documented configuration is the tested one. An Envoy holding a certificate from another CA
 is refused by Sluice at the handshake; Envoy fails open, so its requests pass and its
-``ratelimit.error`` counter says why.
+``ratelimit.error`` counter says why. Sluice runs on both transports of its gRPC port
+(grpc.aio, and Envoy through pyvoy, whose listener then does the TLS).
 """
 
 from __future__ import annotations
@@ -59,10 +60,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture(scope="module")
-def mtls_sluice(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SluiceProcess]:
+@pytest.fixture(scope="module", params=["grpcio", "pyvoy"])
+def mtls_sluice(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pki: Pki
+) -> Iterator[SluiceProcess]:
     workdir = tmp_path_factory.mktemp("envoy-mtls")
-    args = ["--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)]
+    args = ["--transport", request.param]
+    args += ["--tls-cert-file", str(pki.server_cert), "--tls-key-file", str(pki.server_key)]
     args += ["--tls-client-ca-file", str(pki.ca)]
     with sluice_serve(workdir, config=POLICY, extra_args=args, https=pki.client_context()) as s:
         yield s
