@@ -39,7 +39,7 @@ class Settings:
     transport: str = _setting(
         "grpcio",
         "What serves the gRPC port: grpcio (grpc.aio) or pyvoy (Envoy's HTTP/2 running Sluice's "
-        "gRPC-over-ASGI edge; plaintext only for now).",
+        "gRPC-over-ASGI edge; TLS from the same --tls-* flags).",
     )
     tls_cert_file: str = _setting(
         "", "PEM certificate chain both ports present; with --tls-key-file, TLS on both ports."
