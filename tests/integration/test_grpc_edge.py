@@ -36,7 +36,11 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with log.open("w") as out:
         process = subprocess.Popen(
             [
-                str(Path(sys.executable).parent / "pyvoy"),
+                # pyvoy's command line, after envoy_path() (see there: the envoy package).
+                sys.executable,
+                "-c",
+                "from sluice.pyvoy_launcher import envoy_path; envoy_path(); "
+                "from pyvoy._cli import main; main()",
                 "tests.support.edge_echo_app:app",
                 "--port",
                 str(port),
