@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import multiprocessing as mp
 import os
@@ -79,6 +80,8 @@ class Result:
     p999_ms: float
     client_cpu_us_per_call: float
     offered_rps: float | None = None
+    max_ms: float = float("nan")
+    over_20ms: int = 0  # calls slower than 20 ms (the tail goal: none)
     notes: list[str] = field(default_factory=list)
 
 
@@ -102,6 +105,7 @@ def _summary(
 ) -> Result:
     latencies_s.sort()
     ms = [percentile(latencies_s, q) * 1000 for q in (0.50, 0.99, 0.999)]
+    over_20ms = len(latencies_s) - bisect.bisect_right(latencies_s, 0.020)
     return Result(
         driver=driver,
         mode=mode,
@@ -114,6 +118,8 @@ def _summary(
         p999_ms=ms[2],
         client_cpu_us_per_call=client_cpu_s / calls * 1e6 if calls else float("nan"),
         offered_rps=offered_rps,
+        max_ms=latencies_s[-1] * 1000 if latencies_s else float("nan"),
+        over_20ms=over_20ms,
     )
 
 
