@@ -189,6 +189,8 @@ def test_stale_edits_are_refused_and_rollback_restores_the_exact_rules(
             "error": "domain 'shop' is at version 2, not the expected 1; reload it and try again"
         }
 
+        # Measured before the rollback: measuring takes four polls, time enough to reload.
+        budget = propagation_budget_s(polls=4)  # 1.0 s on an idle machine
         code, body = api(
             a,
             "POST",
@@ -219,7 +221,6 @@ def test_stale_edits_are_refused_and_rollback_restores_the_exact_rules(
             "-    requests_per_unit: 100\n+    requests_per_unit: 1\n"
             in history["versions"][0]["diff"]
         )
-        budget = propagation_budget_s(polls=4)  # 1.0 s on an idle machine
         assert seconds_until_both_serve([a], 1, time.monotonic(), budget) < budget
 
 
