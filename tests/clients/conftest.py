@@ -1,5 +1,6 @@
-"""Fixtures for the client tests: one live ``sluice serve`` for the whole session, and targets
-where no Sluice answers (nothing listening; a listener that never speaks).
+"""Fixtures for the client tests: one live ``sluice serve`` for the whole session, a Sluice in
+this process whose clock the test moves, and targets where no Sluice answers (nothing
+listening; a listener that never speaks).
 
 Tests share the server, so each one checks its own fresh descriptor values (``unique``).
 Counting limits are per hour: a fixed window turning over mid-test would reset the counts.
@@ -7,12 +8,20 @@ Counting limits are per hour: a fixed window turning over mid-test would reset t
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
+from sluice.app import Sluice
+from sluice.clock import ManualClock
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.yaml_format import load_text
+from sluice.settings import Settings
 from tests.support.processes import SluiceProcess, free_port, sluice_serve
 
 DOMAIN = "clients"
@@ -50,6 +59,42 @@ def sluice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceProcess]:
     policy.write_text(POLICY)
     with sluice_serve(workdir, config=policy, extra_args=["--response-headers"]) as server:
         yield server
+
+
+@dataclass(frozen=True)
+class SteppedSluice:
+    """A real Sluice (gRPC server, limiter, algorithms) whose time is ``clock``: it moves only
+    when the test moves it, so the delays it hands out do not depend on how fast the machine
+    is."""
+
+    grpc_target: str
+    clock: ManualClock
+
+
+@pytest.fixture(scope="module")
+def stepped_sluice() -> Iterator[SteppedSluice]:
+    """The same policy served in this process, on its own event loop in a thread, with a
+    ManualClock (started at a realistic epoch time)."""
+    clock = ManualClock(start=1_700_000_000.0)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="stepped-sluice", daemon=True)
+    thread.start()
+    settings = Settings(host="127.0.0.1", grpc_port=0, http_port=0, response_headers=True)
+
+    async def start() -> Sluice:
+        server = Sluice(settings, clock=clock)
+        server.install(Snapshot(load_text(POLICY)))
+        await server.start()
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=30)
+    try:
+        yield SteppedSluice(f"127.0.0.1:{server.grpc_port}", clock)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
 
 
 @pytest.fixture
