@@ -201,7 +201,14 @@ class Sluice:
             api_token=s.api_token,
             metrics=self.metrics,
         )
-        self._http = web.AppRunner(app, access_log=None, handle_signals=False)
+        # Requests still in flight at shutdown get the same grace as gRPC calls, not aiohttp's
+        # own 60 s: a stuck client must not hold the process past its drain.
+        self._http = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=s.shutdown_grace_s,
+        )
         await self._http.setup()
         site = web.TCPSite(
             self._http,
