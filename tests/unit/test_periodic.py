@@ -63,3 +63,24 @@ def test_stop_ends_the_loop_and_no_step_runs_after_it() -> None:
         assert calls == stopped_at
 
     asyncio.run(main())
+
+
+def test_stop_ends_even_a_step_that_swallows_its_cancel() -> None:
+    # Python 3.11's asyncio.wait_for can return instead of raising when the cancel arrives as
+    # its future completes; a step awaiting one then "swallows" the cancel. stop() must end.
+    async def scenario() -> None:
+        running = asyncio.Event()
+
+        async def swallowing_step() -> None:
+            running.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                return  # what wait_for does in that race
+
+        periodic = Periodic("swallowing", 0.0, swallowing_step)
+        periodic.start()
+        await asyncio.wait_for(running.wait(), 10)
+        await asyncio.wait_for(periodic.stop(), 10)  # before the fix: never returned
+
+    asyncio.run(scenario())
