@@ -25,10 +25,11 @@ class CounterState:
 
 
 def _window(t: float, period: int) -> float:
-    start = math.floor(t / period) * period
-    if start > t:  # t / period can round up to the next whole number
-        start = start - period
-    return start
+    # Exact for a whole period and 0 <= t < 2**53 - period: the rounded t / period never
+    # reaches the next whole number (each window start is at least one ulp of t away, and
+    # that is more than half an ulp of the quotient), and the product is a whole number
+    # below 2**53. tests/unit/algorithms/test_sliding_window_counter.py searches for a case.
+    return math.floor(t / period) * period
 
 
 def _counts(state: CounterState | None, start: float, period: int) -> tuple[int, int]:

@@ -1,9 +1,19 @@
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, sliding_window_counter
-from sluice.algorithms.sliding_window_counter import CounterState, estimate, expires_at, step
+from sluice.algorithms.sliding_window_counter import (
+    CounterState,
+    _window,
+    estimate,
+    expires_at,
+    step,
+)
 from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
 
 FIFTY_PER_MINUTE = Limit(50, 60, ALGORITHMS["sliding_window_counter"])
@@ -69,3 +79,37 @@ def test_limit_zero_admits_nothing() -> None:
 @given(limit=limits("sliding_window_counter"), t0=start_times, steps=sequences())
 def test_properties(limit: Limit, t0: float, steps: list[tuple[float, int]]) -> None:
     check_sequence(sliding_window_counter, limit, t0, steps)
+
+
+# Whole periods the policies compile to (units, fixed-length month and year) and odd ones.
+PERIODS = st.one_of(
+    st.sampled_from([1, 60, 3600, 86400, 604800, 2592000, 31536000]),
+    st.integers(1, 10**7),
+)
+
+
+@st.composite
+def times_near_a_window_start(draw: st.DrawFn) -> tuple[float, int]:
+    """A time a few ulps below (or at) a multiple of the period: where t / period rounding up
+    to the next whole number would put the window's start after t."""
+    period = draw(PERIODS)
+    t = float(draw(st.integers(1, 2**34 // period + 1)) * period)
+    for _ in range(draw(st.integers(0, 3))):
+        t = math.nextafter(t, 0.0)
+    return t, period
+
+
+@settings(max_examples=2000)
+@given(
+    case=st.one_of(
+        times_near_a_window_start(),
+        st.tuples(st.floats(0.0, 2.0**34, allow_nan=False), PERIODS),
+    )
+)
+def test_the_window_is_the_exact_multiple_of_the_period_at_or_before_t(
+    case: tuple[float, int],
+) -> None:
+    t, period = case
+    start = _window(t, period)
+    assert start == Fraction(t) // period * period  # exact arithmetic: floor(t / period)
+    assert start <= t < start + period

@@ -1,11 +1,7 @@
 -- sliding_window_counter: sluice/algorithms/sliding_window_counter.py. State: a hash,
 -- w = window start, c = its count, p = the count of the window before it.
-local function swc_window(t, P)
-  local start = math.floor(t / P) * P
-  if start > t then -- t / P can round up to the next whole number
-    start = start - P
-  end
-  return start
+local function swc_window(t, P) -- exact, as in Python: see _window there
+  return math.floor(t / P) * P
 end
 
 -- (current, previous) as seen from the window beginning at start
