@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Limit
+from sluice.algorithms import ALGORITHMS, Limit
 from sluice.model import DomainPolicy, LimitOverride, RateLimit, Rule
 from sluice.policies.glob import Glob
 
@@ -127,14 +127,8 @@ class Snapshot:
         ignores overrides there."""
         if domain not in self._domains:
             return None
-        rate_limit = RateLimit(limit.requests_per_unit, limit.unit)
-        compiled = Limit(
-            limit.requests_per_unit,
-            limit.unit.seconds,
-            DEFAULT_ALGORITHM,
-            limit.requests_per_unit,
-            rate_limit,
-        )
+        # Compiled as a rule's limit is: the default algorithm, burst = the limit.
+        compiled = compile_limit(RateLimit(limit.requests_per_unit, limit.unit))
         counter_key = (domain, *(part for entry in entries for part in entry))
         return Match(f"{domain}.(override)", counter_key, (compiled,))
 
