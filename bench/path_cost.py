@@ -1,0 +1,139 @@
+"""Sluice's own cost per ShouldRateLimit call, in process: the gRPC-over-ASGI edge driven
+directly (no sockets, no Envoy), once with a no-op handler and once with Sluice's decision
+path over the memory backend, so the difference is what Sluice adds on the event loop.
+
+It is the quick loop for optimising the decision path (seconds, not minutes, and far less
+noise than a load test); ``bench/run.py`` remains the measure that counts.
+
+    python bench/path_cost.py                    # 1 and 3 descriptors, 20,000 calls each
+    python bench/path_cost.py --profile out.prof # cProfile of the Sluice path
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from loadgen import Workload  # noqa: E402
+
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
+from sluice.backends.memory import MemoryBackend  # noqa: E402
+from sluice.clock import SystemClock  # noqa: E402
+from sluice.edge import GrpcApp  # noqa: E402
+from sluice.edge.asgi import UNARY_UNARY  # noqa: E402
+from sluice.grpc.core import RateLimitCore, decode_request  # noqa: E402
+from sluice.limiter import RateLimiter  # noqa: E402
+from sluice.metrics import Metrics  # noqa: E402
+from sluice.policies.snapshot import Snapshot  # noqa: E402
+from sluice.policies.yaml_format import load_text  # noqa: E402
+from sluice.pyvoy_app import RLS_PATH, add_rate_limit_service  # noqa: E402
+from sluice.usage.recorder import UsageRecorder  # noqa: E402
+
+POLICY = """\
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
+"""
+_OK = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
+
+
+def noop_app() -> GrpcApp:
+    app = GrpcApp()
+
+    async def handler(request: object, context: object) -> rls_pb2.RateLimitResponse:
+        return _OK
+
+    app.add_method(
+        RLS_PATH, UNARY_UNARY, handler, decode_request, rls_pb2.RateLimitResponse.SerializeToString
+    )
+    return app
+
+
+def sluice_app() -> GrpcApp:
+    snapshot = Snapshot(load_text(POLICY, "bench.yaml"))
+    limiter = RateLimiter(
+        lambda: snapshot, MemoryBackend(), SystemClock(), recorder=UsageRecorder()
+    )
+    app = GrpcApp()
+    add_rate_limit_service(app, RateLimitCore(limiter, Metrics(dict)))
+    return app
+
+
+async def drive(app: GrpcApp, bodies: list[bytes], calls: int) -> float:
+    """Seconds per call, ``calls`` calls one after another."""
+    scope = {
+        "type": "http",
+        "path": RLS_PATH,
+        "headers": [(b"content-type", b"application/grpc"), (b"te", b"trailers")],
+    }
+    sent = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    n = len(bodies)
+    started = time.perf_counter()
+    for i in range(calls):
+        body = {"type": "http.request", "body": bodies[i % n], "more_body": False}
+
+        async def receive(body: dict[str, object] = body) -> dict[str, object]:
+            return body
+
+        await app(scope, receive, send)
+        if len(sent) > 64:
+            sent.clear()
+    return (time.perf_counter() - started) / calls
+
+
+def framed(workload: Workload, count: int) -> list[bytes]:
+    return [len(m).to_bytes(5, "big") + m for m in workload.requests(count)]
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    print("| descriptors | no-op µs/call | Sluice µs/call | Sluice − no-op µs | × no-op |")
+    print("|---|---|---|---|---|")
+    for descriptors in args.descriptors:
+        bodies = framed(Workload(keyspace=args.keyspace, descriptors=descriptors), 1000)
+        noop, sluice = noop_app(), sluice_app()
+        await drive(sluice, bodies, 2000)  # warm
+        noop_runs, sluice_runs = [], []
+        for _ in range(args.repeat):
+            noop_runs.append(await drive(noop, bodies, args.calls))
+            sluice_runs.append(await drive(sluice, bodies, args.calls))
+        a, b = statistics.median(noop_runs) * 1e6, statistics.median(sluice_runs) * 1e6
+        print(f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |")
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await drive(sluice, bodies, args.calls)
+            profiler.disable()
+            profiler.dump_stats(f"{args.profile}.{descriptors}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keyspace", type=int, default=1000)
+    parser.add_argument("--descriptors", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--profile", help="write a cProfile of the Sluice path here")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.run(main_async(args))
+    except ImportError:
+        asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
