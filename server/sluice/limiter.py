@@ -81,56 +81,61 @@ class RateLimiter:
         check_request(request, self._settings.bounds)
         snapshot = self._snapshot()  # one snapshot for the whole request, even across a reload
         domain = request.domain
-        default_cost = max(1, request.hits_addend)
-        statuses: list[DescriptorStatus | None] = [None] * len(request.descriptors)
+        default_cost = max(1, request.hits_addend)  # 0 means 1, as in Envoy's API
+        statuses = [_NO_LIMIT] * len(request.descriptors)
         applicable: list[_Applicable] = []
         replaced: set[str] = set()
+        recorder = self._recorder
         overrides = snapshot.limit_overrides(domain) or self._settings.limit_overrides
         if overrides == "deny":
             _refuse_overrides(request)
+        honour_overrides = overrides == "allow"
 
         for i, descriptor in enumerate(request.descriptors):
             cost = default_cost if descriptor.hits_addend is None else descriptor.hits_addend
-            if descriptor.limit is not None and overrides == "allow":
+            if descriptor.limit is not None and honour_overrides:
                 match = snapshot.override(domain, descriptor.entries, descriptor.limit)
             else:
                 match = snapshot.lookup(domain, descriptor.entries)
             if match is None:
                 continue
             # Collected before unlimited rules are answered: an unlimited rule's replaces count.
-            replaced.update(match.replaces)
+            if match.replaces:
+                replaced.update(match.replaces)
             if match.unlimited:
-                statuses[i] = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
-                if self._recorder is not None:
-                    self._recorder.record(match.rule_id, ALLOWED, cost=cost)
+                statuses[i] = _UNLIMITED
+                if recorder is not None:
+                    recorder.record(match.rule_id, ALLOWED, cost=cost)
                 continue
             applicable.append(_Applicable(match, i, cost))
 
         if replaced:
             applicable = [a for a in applicable if a.match.name not in replaced]
 
+        over = False
         if applicable:
             hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
             try:
                 outcomes = await self._backend.apply(hits, self._clock.now())
             except BackendUnavailableError:
-                if self._recorder is not None:
+                if recorder is not None:
                     for a in applicable:
-                        self._recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
+                        recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
                 if self._settings.failure_mode == "error":
                     raise
                 outcomes = None
             for n, a in enumerate(applicable):
                 if outcomes is None:
-                    statuses[a.index] = self._failed(a)
-                    continue
-                status, admitted = _status(a, outcomes[n])
+                    status = self._failed(a)
+                else:
+                    status, admitted = _status(a, outcomes[n])
+                    if recorder is not None:
+                        self._record(a, status, admitted)
                 statuses[a.index] = status
-                if self._recorder is not None:
-                    self._record(a, status, admitted)
+                if status.code is Code.OVER_LIMIT:
+                    over = True
 
-        final = tuple(s if s is not None else _NO_LIMIT for s in statuses)
-        over = any(s.code is Code.OVER_LIMIT for s in final)
+        final = tuple(statuses)
         overall = Code.OVER_LIMIT if over and not self._settings.global_shadow_mode else Code.OK
         headers = _rate_limit_headers(final, overall) if self._settings.response_headers else ()
         return Decision(overall, final, headers)
@@ -159,6 +164,7 @@ class RateLimiter:
 
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
+_UNLIMITED = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
 
 
 def _refuse_overrides(request: RateLimitRequest) -> None:
@@ -185,7 +191,7 @@ def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStat
     limit = a.match.limits[chosen]
     reported = limit.rate_limit
     if outcome.allowed:
-        delay = max(o.delay_s for o in outcomes)
+        delay = outcome.delay_s if len(outcomes) == 1 else max(o.delay_s for o in outcomes)
         reset = _reset(limit, outcome)
         return DescriptorStatus(Code.OK, reported, outcome.remaining, reset, delay), True
     code = Code.OK if a.match.shadow_mode else Code.OVER_LIMIT

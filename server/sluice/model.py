@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from sluice.records import record
+
 __all__ = [
     "LIMIT_OVERRIDES",
     "Code",
@@ -133,7 +135,7 @@ class DomainPolicy:
     limit_overrides: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LimitOverride:
     """A descriptor's own limit, sent by the client instead of the configured one."""
 
@@ -141,7 +143,7 @@ class LimitOverride:
     unit: Unit
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Descriptor:
     """One descriptor of a request: ordered (key, value) entries."""
 
@@ -150,14 +152,14 @@ class Descriptor:
     hits_addend: int | None = None  # None: not sent; 0: check without consuming
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RateLimitRequest:
     domain: str
     descriptors: tuple[Descriptor, ...]
     hits_addend: int = 0  # 0 means 1, as in Envoy's API
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DescriptorStatus:
     code: Code
     current_limit: RateLimit | None = None
@@ -167,13 +169,13 @@ class DescriptorStatus:
     reason: str = ""  # why a request can never be admitted, when that is the case
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Header:
     key: str
     value: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     overall_code: Code
     statuses: tuple[DescriptorStatus, ...]

@@ -33,8 +33,15 @@ from sluice.edge.asgi import UNARY_UNARY, Context
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
 from sluice.edge.health import HealthService
 from sluice.edge.reflection import add_reflection
-from sluice.grpc.core import RateLimitCore, Refusal, UndecodableRequest, decode_request
+from sluice.grpc.core import (
+    RateLimitCore,
+    Refusal,
+    UndecodableRequest,
+    decode_request,
+    encode_decision,
+)
 from sluice.grpc.server import HEALTH_SERVICE_NAMES
+from sluice.model import Decision, RateLimitRequest
 from sluice.policies.store import PolicyStore
 from sluice.settings import Settings, from_arguments
 
@@ -55,8 +62,8 @@ def add_rate_limit_service(app: GrpcApp, core: RateLimitCore) -> None:
     decide = core.decide
 
     async def should_rate_limit(
-        request: rls_pb2.RateLimitRequest | UndecodableRequest, context: Context
-    ) -> rls_pb2.RateLimitResponse:
+        request: RateLimitRequest | UndecodableRequest, context: Context
+    ) -> Decision:
         try:
             return await decide(request)
         except Refusal as refusal:
@@ -67,7 +74,7 @@ def add_rate_limit_service(app: GrpcApp, core: RateLimitCore) -> None:
         UNARY_UNARY,
         should_rate_limit,
         decode_request,
-        rls_pb2.RateLimitResponse.SerializeToString,
+        encode_decision,
     )
 
 

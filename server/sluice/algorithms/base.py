@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.model import RateLimit
+from sluice.records import record
 
 __all__ = ["Algorithm", "Limit", "Outcome"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outcome:
     """What one hit on one limit came to."""
 

@@ -9,14 +9,13 @@ envoyproxy/ratelimit reports (``unit - now % unit`` on whole-second ``now``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sluice.algorithms.base import Algorithm, Limit, Outcome
+from sluice.records import record
 
 __all__ = ["ALGORITHM", "WindowState", "expires_at", "step"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WindowState:
     window_start_s: int
     count: int

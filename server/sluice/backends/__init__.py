@@ -4,15 +4,15 @@ of requests), all hits in it, so a remote backend can answer in one round trip."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from sluice.algorithms import Limit, Outcome
+from sluice.records import record
 
 __all__ = ["Backend", "Hit"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Hit:
     """``cost`` hits on the counter ``counter_key``, which every limit in ``limits`` bounds.
 

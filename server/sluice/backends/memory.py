@@ -56,8 +56,10 @@ class MemoryBackend:
         self._due_size = 0
 
     def _apply_one(self, hit: Hit, now: float) -> tuple[Outcome, ...]:
+        if len(hit.limits) == 1:
+            return (self._apply_single(hit, now),)
         states = self._states
-        keys = [(*hit.counter_key, limit.algorithm.name, limit.period_s) for limit in hit.limits]
+        keys = [hit.counter_key + (limit.algorithm.name, limit.period_s) for limit in hit.limits]
         stepped = []
         for key, limit in zip(keys, hit.limits, strict=True):
             entry = states.get(key)
@@ -77,6 +79,24 @@ class MemoryBackend:
             states.popitem(last=False)
             self.evictions += 1
         return tuple(outcome for *_, outcome in stepped)
+
+    def _apply_single(self, hit: Hit, now: float) -> Outcome:
+        """``_apply_one`` for the common rule of one limit, without its bookkeeping lists."""
+        states = self._states
+        limit = hit.limits[0]
+        algorithm = limit.algorithm
+        key = hit.counter_key + (algorithm.name, limit.period_s)
+        entry = states.get(key)
+        old = entry[0] if entry is not None else None
+        new, outcome = algorithm.step(old, limit, now, hit.cost)
+        if new is not old and (outcome.allowed or algorithm.counts_refused):
+            self._store(key, entry, new, algorithm.expires_at(new, limit))
+            while len(states) > self.max_keys:
+                states.popitem(last=False)  # never this key: it was just stored, last
+                self.evictions += 1
+        elif entry is not None:
+            states.move_to_end(key)
+        return outcome
 
     def _store(self, key: _StateKey, entry: tuple[Any, int] | None, state: Any, at: float) -> None:
         expires_at = math.ceil(at)

@@ -23,6 +23,7 @@ from sluice.model import (
 __all__ = [
     "decision_to_json",
     "decision_to_proto",
+    "duration_parts",
     "request_from_json",
     "request_from_proto",
 ]
@@ -57,7 +58,7 @@ def decision_to_proto(decision: Decision) -> rls_pb2.RateLimitResponse:
             out.current_limit.unit = int(limit.unit)  # type: ignore[assignment]
             if limit.name:
                 out.current_limit.name = limit.name
-            seconds, nanos = _duration(status.duration_until_reset_s)
+            seconds, nanos = duration_parts(status.duration_until_reset_s)
             out.duration_until_reset.seconds = seconds
             out.duration_until_reset.nanos = nanos
     _add_sluice_metadata(response, decision)
@@ -68,7 +69,7 @@ def decision_to_proto(decision: Decision) -> rls_pb2.RateLimitResponse:
     return response
 
 
-def _duration(seconds: float) -> tuple[int, int]:
+def duration_parts(seconds: float) -> tuple[int, int]:
     """Seconds as (seconds, nanos), rounded up to the microsecond: a wait is never early."""
     micros = math.ceil(round(seconds * 1_000_000, 3))
     return micros // 1_000_000, (micros % 1_000_000) * 1000

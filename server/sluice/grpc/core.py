@@ -23,11 +23,11 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.convert import decision_to_proto, request_from_proto
+from sluice.grpc.codec import encode_decision, parse_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
+from sluice.model import Decision, RateLimitRequest
 
 __all__ = [
     "DRAINING_MESSAGE",
@@ -35,6 +35,7 @@ __all__ = [
     "Refusal",
     "UndecodableRequest",
     "decode_request",
+    "encode_decision",
 ]
 
 log = logging.getLogger("sluice.grpc.servicer")  # the logger name the logs have always had
@@ -52,10 +53,11 @@ class UndecodableRequest:
         self.reason = reason
 
 
-def decode_request(data: bytes) -> rls_pb2.RateLimitRequest | UndecodableRequest:
-    """The request deserializer to register ShouldRateLimit with: it never raises."""
+def decode_request(data: bytes) -> RateLimitRequest | UndecodableRequest:
+    """The request deserializer to register ShouldRateLimit with: it never raises.
+    (``encode_decision`` is the response serializer.)"""
     try:
-        return rls_pb2.RateLimitRequest.FromString(data)
+        return parse_request(data)
     except DecodeError as exc:
         return UndecodableRequest(
             f"request: not a RateLimitRequest in protobuf's wire format: {exc}"
@@ -99,9 +101,7 @@ class RateLimitCore:
             return False
         return True
 
-    async def decide(
-        self, request: rls_pb2.RateLimitRequest | UndecodableRequest
-    ) -> rls_pb2.RateLimitResponse:
+    async def decide(self, request: RateLimitRequest | UndecodableRequest) -> Decision:
         """The response to one ShouldRateLimit call, or ``Refusal`` saying which status."""
         if self._draining:
             raise Refusal("UNAVAILABLE", DRAINING_MESSAGE)
@@ -111,7 +111,7 @@ class RateLimitCore:
         try:
             if isinstance(request, UndecodableRequest):
                 raise InvalidRequestError(request.reason)
-            decision = await self._limiter.should_rate_limit(request_from_proto(request))
+            decision = await self._limiter.should_rate_limit(request)
             code = decision.overall_code.name
         except SluiceError as exc:
             # Bad input, or (failure mode "error") unreachable state: the status says which,
@@ -136,8 +136,8 @@ class RateLimitCore:
                 if observer is None:
                     observer = self._observers[code] = self._latency.labels("grpc", code)
                 observer.observe(time.perf_counter() - started)
-        return decision_to_proto(decision)
+        return decision
 
 
-def _domain(request: rls_pb2.RateLimitRequest | UndecodableRequest) -> str:
+def _domain(request: RateLimitRequest | UndecodableRequest) -> str:
     return "" if isinstance(request, UndecodableRequest) else request.domain

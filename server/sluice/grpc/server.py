@@ -8,7 +8,7 @@ from grpc_reflection.v1alpha import reflection
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.grpc.core import RateLimitCore
-from sluice.grpc.servicer import RateLimitServicer, decode_request
+from sluice.grpc.servicer import RateLimitServicer, decode_request, encode_decision
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 
@@ -84,7 +84,7 @@ def _add_rate_limit_service(servicer: RateLimitServicer, server: grpc.aio.Server
         "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
             servicer.ShouldRateLimit,
             request_deserializer=decode_request,
-            response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+            response_serializer=encode_decision,
         )
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_RLS_NAME, handlers),))

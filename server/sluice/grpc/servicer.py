@@ -13,12 +13,19 @@ from typing import Any
 
 import grpc
 
-from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
-from sluice.grpc.core import RateLimitCore, Refusal, UndecodableRequest, decode_request
+from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
+from sluice.grpc.core import (
+    RateLimitCore,
+    Refusal,
+    UndecodableRequest,
+    decode_request,
+    encode_decision,
+)
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
+from sluice.model import Decision, RateLimitRequest
 
-__all__ = ["RateLimitServicer", "UndecodableRequest", "decode_request"]
+__all__ = ["RateLimitServicer", "UndecodableRequest", "decode_request", "encode_decision"]
 
 
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
@@ -41,9 +48,9 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
 
     async def ShouldRateLimit(  # noqa: N802 (the name is fixed by the proto)
         self,
-        request: rls_pb2.RateLimitRequest | UndecodableRequest,
+        request: RateLimitRequest | UndecodableRequest,
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> rls_pb2.RateLimitResponse:
+    ) -> Decision:
         try:
             return await self._decide(request)
         except Refusal as refusal:

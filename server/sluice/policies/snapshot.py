@@ -8,16 +8,16 @@ the walk never backtracks; a limit applies only when it sits at the request's la
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from sluice.algorithms import ALGORITHMS, Limit
 from sluice.model import DomainPolicy, LimitOverride, RateLimit, Rule
 from sluice.policies.glob import Glob
+from sluice.records import record
 
 __all__ = ["Match", "Snapshot", "compile_limit"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Match:
     """What applies to one request descriptor: the counter it uses and the compiled limits.
 
