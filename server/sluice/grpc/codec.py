@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.grpc.convert import decision_to_proto, duration_parts, request_from_proto
-from sluice.model import Decision, Descriptor, RateLimitRequest
+from sluice.model import Decision, Descriptor, RateLimit, RateLimitRequest
 
 __all__ = ["encode_decision", "parse_request"]
 
@@ -140,6 +140,8 @@ def encode_decision(decision: Decision) -> bytes:
 def _uvarint(value: int) -> bytes:
     if 0 <= value < 0x80:
         return _SMALL[value]
+    if 0x80 <= value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     if value < 0 or value >= _UINT64:
         raise _Unusual
     out = bytearray()
@@ -163,6 +165,28 @@ def _length_delimited(tag: bytes, payload: bytes) -> bytes:
     return tag + _uvarint(len(payload)) + payload
 
 
+def _current_limit(limit: RateLimit) -> bytes:
+    """Field 2 of a DescriptorStatus, whole; a policy's few limits are encoded once each."""
+    cached = _CURRENT_LIMITS.get(id(limit))
+    if cached is not None and cached[0] is limit:
+        return cached[1]
+    current = b"\x08" + _uint32(limit.requests_per_unit) if limit.requests_per_unit else b""
+    if limit.unit:
+        current += b"\x10" + _SMALL[limit.unit]
+    if limit.name:
+        current += _length_delimited(b"\x1a", limit.name.encode())
+    encoded = _length_delimited(b"\x12", current)
+    if len(_CURRENT_LIMITS) >= _MAX_CACHED_LIMITS:
+        _CURRENT_LIMITS.clear()  # a client's own limits are new objects per call
+    # The limit itself is kept with its bytes: its id cannot be reused while it is here.
+    _CURRENT_LIMITS[id(limit)] = (limit, encoded)
+    return encoded
+
+
+_CURRENT_LIMITS: dict[int, tuple[RateLimit, bytes]] = {}
+_MAX_CACHED_LIMITS = 4096
+
+
 def _response(decision: Decision) -> bytes:
     parts = [b"\x08" + _SMALL[decision.overall_code]] if decision.overall_code else []
     for status in decision.statuses:
@@ -171,14 +195,7 @@ def _response(decision: Decision) -> bytes:
         body = b"\x08" + _SMALL[status.code] if status.code else b""
         limit = status.current_limit
         if limit is not None:
-            current = b""
-            if limit.requests_per_unit:
-                current = b"\x08" + _uint32(limit.requests_per_unit)
-            if limit.unit:
-                current += b"\x10" + _SMALL[limit.unit]
-            if limit.name:
-                current += _length_delimited(b"\x1a", limit.name.encode())
-            body += _length_delimited(b"\x12", current)
+            body += _current_limit(limit)
         if status.limit_remaining:
             body += b"\x18" + _uint32(status.limit_remaining)
         if limit is not None:

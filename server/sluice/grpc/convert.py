@@ -71,6 +71,8 @@ def decision_to_proto(decision: Decision) -> rls_pb2.RateLimitResponse:
 
 def duration_parts(seconds: float) -> tuple[int, int]:
     """Seconds as (seconds, nanos), rounded up to the microsecond: a wait is never early."""
+    if type(seconds) is int:  # whole seconds: fixed windows, as envoyproxy/ratelimit reports
+        return seconds, 0
     micros = math.ceil(round(seconds * 1_000_000, 3))
     return micros // 1_000_000, (micros % 1_000_000) * 1000
 

@@ -27,7 +27,7 @@ from sluice.errors import InvalidRequestError, SluiceError, status_of
 from sluice.grpc.codec import encode_decision, parse_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
-from sluice.model import Decision, RateLimitRequest
+from sluice.model import Code, Decision, RateLimitRequest
 
 __all__ = [
     "DRAINING_MESSAGE",
@@ -112,7 +112,7 @@ class RateLimitCore:
             if isinstance(request, UndecodableRequest):
                 raise InvalidRequestError(request.reason)
             decision = await self._limiter.should_rate_limit(request)
-            code = decision.overall_code.name
+            code = _CODE_NAMES[decision.overall_code]
         except SluiceError as exc:
             # Bad input, or (failure mode "error") unreachable state: the status says which,
             # and the caller's own policy (Envoy's failure_mode_deny) decides the rest.
@@ -137,6 +137,9 @@ class RateLimitCore:
                     observer = self._observers[code] = self._latency.labels("grpc", code)
                 observer.observe(time.perf_counter() - started)
         return decision
+
+
+_CODE_NAMES = {code: code.name for code in Code}  # Enum.name is a property: slower per call
 
 
 def _domain(request: RateLimitRequest | UndecodableRequest) -> str:

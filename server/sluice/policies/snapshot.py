@@ -47,12 +47,14 @@ def compile_limit(rate_limit: RateLimit) -> Limit:
 
 
 class _Node:
-    __slots__ = ("rule", "match", "exact", "wildcards", "key_only")
+    __slots__ = ("match", "shared_value", "exact", "wildcards", "key_only", "has_children")
 
     def __init__(self, rule: Rule | None, children: Iterable[Rule], rule_id: str) -> None:
-        self.rule = rule
-        # Built once here: the request path only adds the counter key.
-        self.match = _match(rule, rule_id) if rule is not None else None
+        # Built once here: the request path only adds the counter key. None: no limit applies
+        # here (the root, a placeholder for deeper rules, or a whitelisting node).
+        self.match = _match(rule, rule_id) if rule is not None and rule.applies_limit else None
+        # A share_threshold wildcard counts every value it matches on one counter, its own.
+        self.shared_value = rule.value if rule is not None and rule.share_threshold else None
         self.exact: dict[tuple[str, str], _Node] = {}
         self.wildcards: dict[str, list[tuple[Glob, _Node]]] = {}
         self.key_only: dict[str, _Node] = {}
@@ -65,19 +67,7 @@ class _Node:
                 self.wildcards.setdefault(child.key, []).append((Glob(child.value), node))
             else:
                 self.exact[(child.key, child.value)] = node
-
-    @property
-    def has_children(self) -> bool:
-        return bool(self.exact or self.wildcards or self.key_only)
-
-    def child(self, key: str, value: str) -> _Node | None:
-        node = self.exact.get((key, value))
-        if node is not None:
-            return node
-        for pattern, candidate in self.wildcards.get(key, ()):
-            if pattern.matches(value):
-                return candidate
-        return self.key_only.get(key)
+        self.has_children = bool(self.exact or self.wildcards or self.key_only)
 
 
 class Snapshot:
@@ -104,15 +94,22 @@ class Snapshot:
         counter_key = [domain]
         last = len(entries) - 1
         for i, (key, value) in enumerate(entries):
-            node = node.child(key, value)
-            if node is None:
-                return None
-            rule = node.rule
-            assert rule is not None  # only the domain root has no rule
-            counter_key += (key, rule.value if rule.share_threshold and rule.value else value)
+            # Exact value, else the first wildcard that matches, else key-only.
+            child = node.exact.get((key, value))
+            if child is None:
+                for pattern, candidate in node.wildcards.get(key, ()):
+                    if pattern.matches(value):
+                        child = candidate
+                        break
+                else:
+                    child = node.key_only.get(key)
+                    if child is None:
+                        return None
+            node = child
+            counter_key += (key, node.shared_value or value)
             if i == last:
                 match = node.match
-                if match is None or not rule.applies_limit:
+                if match is None:
                     return None  # a node with neither limit nor matching depth whitelists
                 return _with_counter_key(match, tuple(counter_key))
             if not node.has_children:
