@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sluice.algorithms import Limit, Outcome
-from sluice.backends import Backend, Hit
+from sluice.backends import Backend, Hit, InProcessBackend
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
 from sluice.errors import BackendUnavailableError, InvalidRequestError
@@ -73,6 +73,7 @@ class RateLimiter:
             raise ValueError(f"limit_overrides must be one of {LIMIT_OVERRIDES}")
         self._snapshot = snapshot
         self._backend = backend
+        self._apply_now = backend.apply_now if isinstance(backend, InProcessBackend) else None
         self._clock = clock
         self._settings = settings
         self._recorder = recorder
@@ -116,7 +117,10 @@ class RateLimiter:
         if applicable:
             hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
             try:
-                outcomes = await self._backend.apply(hits, self._clock.now())
+                if self._apply_now is not None:
+                    outcomes = self._apply_now(hits, self._clock.now())
+                else:
+                    outcomes = await self._backend.apply(hits, self._clock.now())
             except BackendUnavailableError:
                 if recorder is not None:
                     for a in applicable:

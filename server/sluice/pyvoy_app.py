@@ -28,20 +28,17 @@ from grpc_health.v1 import health_pb2
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.app import Sluice
-from sluice.edge import GrpcApp, GrpcError, Status
-from sluice.edge.asgi import UNARY_UNARY, Context
+from sluice.edge import GrpcApp
+from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
 from sluice.edge.health import HealthService
 from sluice.edge.reflection import add_reflection
 from sluice.grpc.core import (
     RateLimitCore,
-    Refusal,
-    UndecodableRequest,
     decode_request,
     encode_decision,
 )
 from sluice.grpc.server import HEALTH_SERVICE_NAMES
-from sluice.model import Decision, RateLimitRequest
 from sluice.policies.store import PolicyStore
 from sluice.settings import Settings, from_arguments
 
@@ -58,24 +55,9 @@ MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # as GrpcServer's grpc.max_receive_
 
 
 def add_rate_limit_service(app: GrpcApp, core: RateLimitCore) -> None:
-    """ShouldRateLimit on the edge, answered by ``core`` as grpc.aio's servicer answers."""
-    decide = core.decide
-
-    async def should_rate_limit(
-        request: RateLimitRequest | UndecodableRequest, context: Context
-    ) -> Decision:
-        try:
-            return await decide(request)
-        except Refusal as refusal:
-            raise GrpcError(Status[refusal.code], refusal.message) from None
-
-    app.add_method(
-        RLS_PATH,
-        UNARY_UNARY,
-        should_rate_limit,
-        decode_request,
-        encode_decision,
-    )
+    """ShouldRateLimit on the edge, answered by ``core`` as grpc.aio's servicer answers (its
+    refusals are the edge's own ``GrpcError``)."""
+    app.add_method(RLS_PATH, UNARY_UNARY, core.decide, decode_request, encode_decision)
 
 
 class EdgeFront:

@@ -4,12 +4,12 @@ of requests), all hits in it, so a remote backend can answer in one round trip."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sluice.algorithms import Limit, Outcome
 from sluice.records import record
 
-__all__ = ["Backend", "Hit"]
+__all__ = ["Backend", "Hit", "InProcessBackend"]
 
 
 @record
@@ -39,3 +39,11 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class InProcessBackend(Backend, Protocol):
+    """A backend whose state is in this process: ``apply_now`` is ``apply`` without the
+    coroutine, which the limiter calls directly (an await costs more than the step)."""
+
+    def apply_now(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]: ...

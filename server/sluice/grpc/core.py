@@ -3,8 +3,8 @@
 Both gRPC transports (grpc.aio in grpc/servicer.py, the ASGI edge served by pyvoy in
 sluice/rls_edge.py) answer through ``RateLimitCore.decide``: the same conversion, the same
 error mapping (``sluice.errors.status_of``), the same latency metric and the same drain.
-A refusal is raised as ``Refusal`` carrying a gRPC status name and message; each transport
-turns it into its own kind of error response.
+A refusal is raised as ``GrpcError`` (``sluice.edge.status``) carrying a gRPC status and
+message: the ASGI edge answers it as is, and grpc.aio's servicer aborts the call with it.
 
 Draining (``drain()``, on shutdown): new calls are refused with UNAVAILABLE, which a client
 may safely retry on another instance (the call changed nothing here), while the calls already
@@ -23,6 +23,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
 from sluice.grpc.codec import encode_decision, parse_request
 from sluice.limiter import RateLimiter
@@ -32,7 +33,6 @@ from sluice.model import Code, Decision, RateLimitRequest
 __all__ = [
     "DRAINING_MESSAGE",
     "RateLimitCore",
-    "Refusal",
     "UndecodableRequest",
     "decode_request",
     "encode_decision",
@@ -64,15 +64,6 @@ def decode_request(data: bytes) -> RateLimitRequest | UndecodableRequest:
         )
 
 
-class Refusal(Exception):
-    """A call answered with a gRPC status other than OK: ``code`` is a grpc.StatusCode name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-
 class RateLimitCore:
     def __init__(self, limiter: RateLimiter, metrics: Metrics | None = None) -> None:
         self._limiter = limiter
@@ -101,10 +92,15 @@ class RateLimitCore:
             return False
         return True
 
-    async def decide(self, request: RateLimitRequest | UndecodableRequest) -> Decision:
-        """The response to one ShouldRateLimit call, or ``Refusal`` saying which status."""
+    async def decide(
+        self, request: RateLimitRequest | UndecodableRequest, context: object = None
+    ) -> Decision:
+        """The response to one ShouldRateLimit call, or ``GrpcError`` saying which status.
+
+        ``context`` (the transport's call context) is not used: it lets the edge call this
+        method as the handler itself."""
         if self._draining:
-            raise Refusal("UNAVAILABLE", DRAINING_MESSAGE)
+            raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
         started = time.perf_counter()
         code = "error"
         self._in_flight += 1
@@ -119,14 +115,14 @@ class RateLimitCore:
             status = status_of(exc)
             if status is None:
                 log.exception("ShouldRateLimit failed for domain %r", _domain(request))
-                raise Refusal("INTERNAL", INTERNAL_MESSAGE) from None
+                raise GrpcError(Status.INTERNAL, INTERNAL_MESSAGE) from None
             if isinstance(exc, InvalidRequestError):
                 code = "invalid"
-            raise Refusal(status.grpc, str(exc)) from None
+            raise GrpcError(Status[status.grpc], str(exc)) from None
         except Exception:
             # Envoy fails open on any RLS error; log it loudly so it is not silent here too.
             log.exception("ShouldRateLimit failed for domain %r", _domain(request))
-            raise Refusal("INTERNAL", INTERNAL_MESSAGE) from None
+            raise GrpcError(Status.INTERNAL, INTERNAL_MESSAGE) from None
         finally:
             self._in_flight -= 1
             if self._draining and self._in_flight == 0:

@@ -14,9 +14,9 @@ from typing import Any
 import grpc
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
+from sluice.edge.status import GrpcError
 from sluice.grpc.core import (
     RateLimitCore,
-    Refusal,
     UndecodableRequest,
     decode_request,
     encode_decision,
@@ -53,6 +53,6 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
     ) -> Decision:
         try:
             return await self._decide(request)
-        except Refusal as refusal:
-            await context.abort(grpc.StatusCode[refusal.code], refusal.message)
+        except GrpcError as refusal:
+            await context.abort(grpc.StatusCode[refusal.status.name], refusal.message)
             raise  # not reached: abort raises
