@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sluice.algorithms import Limit, Outcome
-from sluice.backends import Backend, Hit, InProcessBackend
+from sluice.backends import Backend, Hit, synchronous_apply
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
 from sluice.errors import BackendUnavailableError, InvalidRequestError
@@ -73,7 +73,7 @@ class RateLimiter:
             raise ValueError(f"limit_overrides must be one of {LIMIT_OVERRIDES}")
         self._snapshot = snapshot
         self._backend = backend
-        self._apply_now = backend.apply_now if isinstance(backend, InProcessBackend) else None
+        self._apply_now = synchronous_apply(backend)
         self._clock = clock
         self._settings = settings
         self._recorder = recorder

@@ -38,6 +38,8 @@ class MemoryBackend:
     async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
         return self.apply_now(hits, now)
 
+    apply.only_calls_apply_now = True  # type: ignore[attr-defined]  # see synchronous_apply
+
     def apply_now(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
         """The same as ``apply``, synchronously (no I/O happens here)."""
         self._expire(now)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
-from sluice.algorithms import ALGORITHMS, Limit
-from sluice.backends import Hit
+from sluice.algorithms import ALGORITHMS, Limit, Outcome
+from sluice.backends import Hit, synchronous_apply
 from sluice.backends.memory import MemoryBackend
 
 
@@ -95,3 +96,12 @@ def test_a_full_backend_never_evicts_a_key_of_the_hit_it_is_applying() -> None:
     [(window, log)] = asyncio.run(backend.apply([Hit(("x",), limits, 2)], 2.0))
     assert (window.allowed, log.allowed) == (False, True)  # refused: the window's limit is 1
     assert len(backend) == 2
+
+
+def test_the_limiter_may_skip_the_coroutine_only_where_apply_does_nothing_else() -> None:
+    class Gated(MemoryBackend):
+        async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
+            return []  # a test double holding calls, say: it must be awaited
+
+    assert synchronous_apply(MemoryBackend()) is not None
+    assert synchronous_apply(Gated()) is None
