@@ -27,6 +27,7 @@ __all__ = [
     "NOT_HONOURED",
     "Honoured",
     "NotHonoured",
+    "go_duration_ms",
     "not_honoured",
     "upstream_value",
     "warning_line",
@@ -114,11 +115,6 @@ def _text(name: str) -> Reader:
 
 def _bool(name: str) -> Reader:
     return lambda env: _go_bool(name, env[name])
-
-
-def _host(env: Mapping[str, str]) -> str:
-    # Sluice binds both ports to one address; gRPC's is the one Envoy calls.
-    return env.get("GRPC_HOST", env.get("HOST", ""))
 
 
 def _backend(env: Mapping[str, str]) -> str:
@@ -240,7 +236,8 @@ HONOURED: tuple[Honoured, ...] = (
     Honoured(
         "config", ("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), _config_dir
     ),
-    Honoured("host", ("GRPC_HOST", "HOST"), _host),
+    # Sluice binds both ports to one address: gRPC's, the one Envoy calls (HOST: warned).
+    Honoured("host", ("GRPC_HOST",), _text("GRPC_HOST")),
     Honoured("grpc_port", ("GRPC_PORT",), _text("GRPC_PORT")),
     Honoured("http_port", ("PORT",), _text("PORT")),
     Honoured(
@@ -288,8 +285,8 @@ _WATCH = "the config directory is read once at start, not watched yet: restart t
 NOT_HONOURED: tuple[NotHonoured, ...] = (
     NotHonoured(
         "HOST",
-        "both ports bind GRPC_HOST: Sluice has one address",
-        lambda v, env: env.get("GRPC_HOST", v) != v,
+        "both ports bind GRPC_HOST's address (default 0.0.0.0): Sluice has one",
+        lambda v, env: v.strip() != env.get("GRPC_HOST", "0.0.0.0").strip(),
     ),
     NotHonoured("PROTO", "Sluice listens on TCP only", lambda v, env: v.strip().lower() != "tcp"),
     NotHonoured("DEBUG_HOST", "no debug port: /rlconfig and /metrics are on PORT"),

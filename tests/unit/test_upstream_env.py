@@ -41,7 +41,6 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"RUNTIME_SUBDIRECTORY": "rl"}, "config", "/srv/runtime_data/current/rl/config"),
         ({"RUNTIME_ROOT": "/data", "RUNTIME_APPDIRECTORY": "limits"}, "config", "/data/limits"),
         ({"GRPC_HOST": "10.0.0.1"}, "host", "10.0.0.1"),
-        ({"HOST": "10.0.0.2"}, "host", "10.0.0.2"),
         ({"HOST": "10.0.0.2", "GRPC_HOST": "10.0.0.1"}, "host", "10.0.0.1"),
         ({"GRPC_PORT": "9081"}, "grpc_port", 9081),
         ({"PORT": "9080"}, "http_port", 9080),
@@ -170,6 +169,12 @@ def test_bad_upstream_values_name_their_variable(environ: dict, message: str) ->
     assert str(info.value) == message
 
 
+def test_host_alone_does_not_move_the_grpc_port() -> None:
+    # Upstream binds only HTTP to HOST; its gRPC port stays on GRPC_HOST's 0.0.0.0.
+    settings, sources = resolve(parse(), {"HOST": "127.0.0.1"})
+    assert (settings.host, sources["host"]) == ("0.0.0.0", "default")
+
+
 def test_flags_and_sluice_variables_beat_upstream_ones() -> None:
     environ = {"GRPC_PORT": "1", "SLUICE_GRPC_PORT": "2", "PORT": "3", "SLUICE_HTTP_PORT": "4"}
     settings, sources = resolve(parse("--grpc-port", "5"), environ)
@@ -206,7 +211,7 @@ def test_a_sluice_secret_file_beats_upstream(tmp_path: Path) -> None:
 
 # A value each not-honoured variable is named for ("true" unless listed).
 APPLYING = {
-    "HOST": {"HOST": "10.0.0.2", "GRPC_HOST": "10.0.0.1"},
+    "HOST": {"HOST": "127.0.0.1"},  # upstream's gRPC port stays on 0.0.0.0; Sluice's too
     "PROTO": {"PROTO": "udp"},
     "CONFIG_TYPE": {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
     "FORCE_START_WITHOUT_INITIAL_CONFIG": {"FORCE_START_WITHOUT_INITIAL_CONFIG": "false"},
@@ -234,6 +239,7 @@ def test_each_variable_not_honoured_is_named_in_the_warning_line(row: Any) -> No
         {"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
         {"RUNTIME_IGNOREDOTFILES": "true"},
         {"HOST": "10.0.0.1", "GRPC_HOST": "10.0.0.1"},
+        {"HOST": "0.0.0.0"},  # GRPC_HOST's default too
         {"LOCAL_CACHE_SIZE_IN_BYTES": "0"},
         {"MERGE_DOMAIN_CONFIG": "false"},
         {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"},
