@@ -292,7 +292,9 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
     NotHonoured("DEBUG_HOST", "no debug port: /rlconfig and /metrics are on PORT"),
     NotHonoured("DEBUG_PORT", "no debug port: /rlconfig and /metrics are on PORT"),
     NotHonoured("GRPC_UDS", "gRPC on a unix socket is not supported"),
-    NotHonoured("GRPC_SERVER_USE_TLS", "TLS applies to the HTTP port (PORT) too", _true),
+    NotHonoured(
+        "GRPC_SERVER_USE_TLS", "TLS covers the HTTP port too: HTTP health probes need HTTPS", _true
+    ),
     NotHonoured("GRPC_CLIENT_TLS_SAN", "client certificates are checked against the CA only"),
     NotHonoured("GRPC_MAX_CONNECTION_AGE", "connections are not aged yet"),
     NotHonoured("GRPC_MAX_CONNECTION_AGE_GRACE", "connections are not aged yet"),

@@ -20,6 +20,7 @@ from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.backends.redis.connect import parse_url
 from tests.integration.redis_support import data_nodes, scan_keys
+from tests.support.certs import make_pki
 from tests.support.processes import SluiceProcess, run_sluice, sluice_serve
 from tests.support.redis_servers import RedisProcess
 
@@ -182,3 +183,39 @@ def test_what_cannot_serve_stops_serve_with_a_clear_message(
 ) -> None:
     result = run_sluice(["serve"], env={"PATH": "/usr/bin:/bin", **env}, cwd=tmp_path)
     assert (result.returncode, result.stderr) == (1, message)
+
+
+def test_upstreams_grpc_mtls_variables_secure_the_grpc_port(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    configmap_mount(tmp_path / "runtime")
+    env = {
+        "RUNTIME_ROOT": str(tmp_path / "runtime"),
+        "RUNTIME_SUBDIRECTORY": "ratelimit",
+        "RUNTIME_IGNOREDOTFILES": "true",
+        "USE_STATSD": "false",
+        "GRPC_SERVER_USE_TLS": "true",
+        "GRPC_SERVER_TLS_CERT": str(pki.server_cert),
+        "GRPC_SERVER_TLS_KEY": str(pki.server_key),
+        "GRPC_CLIENT_TLS_CACERT": str(pki.ca),
+    }
+    https = pki.client_context(with_cert=True)
+    with sluice_serve(tmp_path, upstream_only=True, env=env, https=https) as server:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=pki.ca.read_bytes(),
+            private_key=pki.client_key.read_bytes(),
+            certificate_chain=pki.client_cert.read_bytes(),
+        )
+        request = rls_pb2.RateLimitRequest(domain="rl")
+        request.descriptors.add().entries.add(key="foo", value="tls")
+        with grpc.secure_channel(server.grpc_target, credentials) as channel:
+            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+            codes = [stub.ShouldRateLimit(request, timeout=10).overall_code for _ in range(2)]
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            with pytest.raises(grpc.RpcError) as plaintext:
+                rls_pb2_grpc.RateLimitServiceStub(channel).ShouldRateLimit(request, timeout=5)
+        log = server.log()
+    assert codes == [OK, OVER_LIMIT]
+    assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert (
+        "GRPC_SERVER_USE_TLS (TLS covers the HTTP port too: HTTP health probes need HTTPS)" in log
+    )
