@@ -12,18 +12,20 @@ import asyncio
 import getpass
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 
-from sluice import __version__
+from sluice import __version__, upstream_env
 from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
+from sluice.logs import configure as configure_logging
 from sluice.model import DomainPolicy
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import dump_policies, load_path
-from sluice.settings import Settings, add_arguments, from_arguments
+from sluice.settings import Settings, add_arguments, from_arguments, resolve
 
 __all__ = ["main", "run_reporting_errors"]
 
@@ -46,10 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sluice: {exc}", file=sys.stderr)
         return 1
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(level=settings.log_level, log_format=settings.log_format)
+    if args.command in ("serve", "settings"):
+        unhonoured = upstream_env.warning_line(os.environ)
+        if unhonoured is not None:
+            log.warning("%s", unhonoured)
     return run_reporting_errors(lambda: args.handler(args, settings))
 
 
@@ -77,7 +80,6 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="serve ShouldRateLimit over gRPC and HTTP")
-    serve.add_argument("--config", metavar="PATH", help="import this YAML file or directory first")
     add_arguments(serve)
     serve.set_defaults(handler=_serve)
 
@@ -121,7 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     # Here, between rollback and settings: --help lists commands in the order they are added.
     _add_installed_commands(sub)
 
-    show = sub.add_parser("settings", help="print the effective settings, secrets redacted")
+    show = sub.add_parser(
+        "settings", help="print the effective settings and their sources, secrets redacted"
+    )
     add_arguments(show)
     show.set_defaults(handler=_settings)
     return parser
@@ -214,7 +218,13 @@ def _rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _settings(args: argparse.Namespace, settings: Settings) -> int:
-    print(json.dumps(settings.redacted(), indent=2))
+    # One JSON object, a setting a line: {"value": ..., "source": ...}.
+    sources = resolve(args)[1]
+    lines = [
+        f"  {json.dumps(name)}: {json.dumps({'value': value, 'source': sources[name]})}"
+        for name, value in settings.redacted().items()
+    ]
+    print("{\n" + ",\n".join(lines) + "\n}")
     return 0
 
 
@@ -228,19 +238,19 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             print(f"sluice: {problem}", file=sys.stderr)
             return 2
     limit = settings.max_sliding_log_limit
-    policies = load_path(args.config, max_log_limit=limit) if args.config else None
+    policies = load_path(settings.config, max_log_limit=limit) if settings.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
     if settings.transport == "pyvoy":
         # Envoy serves the gRPC port; Sluice runs inside it (sluice/pyvoy_launcher.py).
         from sluice.pyvoy_launcher import serve
 
         with PolicyStore(settings.database_url) as store:
-            _prepare_store(store, args, policies, limit)
+            _prepare_store(store, args, settings, policies)
         return asyncio.run(serve(settings))
     if workers > 1:
         # The import and the upgrade happen here, once, before any worker starts.
         with PolicyStore(settings.database_url) as store:
-            _prepare_store(store, args, policies, limit)
+            _prepare_store(store, args, settings, policies)
         from sluice.workers import Supervisor
 
         return Supervisor(settings, workers).run()
@@ -249,14 +259,17 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     sluice = Sluice(settings)
     with PolicyStore(settings.database_url) as store:
-        _prepare_store(store, args, policies, limit)
+        _prepare_store(store, args, settings, policies)
         sluice.attach(store)
         asyncio.run(sluice.run_until_signal())
     return 0
 
 
 def _prepare_store(
-    store: PolicyStore, args: argparse.Namespace, policies: list[DomainPolicy] | None, limit: int
+    store: PolicyStore,
+    args: argparse.Namespace,
+    settings: Settings,
+    policies: list[DomainPolicy] | None,
 ) -> None:
     """Bring the schema up to date and import ``--config``, before serving."""
     try:
@@ -268,7 +281,7 @@ def _prepare_store(
         # An outage, not a bug: one line (the reloader reports it again as it polls).
         log.warning("config database unreachable at start: %s", exc)
     if policies is not None:
-        changed = PolicyService(store, max_log_limit=limit).publish(
-            policies, author=_author(args), comment=f"sluice serve --config {args.config}"
+        changed = PolicyService(store, max_log_limit=settings.max_sliding_log_limit).publish(
+            policies, author=_author(args), comment=f"sluice serve --config {settings.config}"
         )
-        log.info("imported %s: %s", args.config, changed or "no changes")
+        log.info("imported %s: %s", settings.config, changed or "no changes")

@@ -1,7 +1,10 @@
-"""Every setting, once: a command-line flag and a ``SLUICE_*`` environment variable.
+"""Every setting, once: a command-line flag and a ``SLUICE_*`` environment variable, and for
+many also envoyproxy/ratelimit's own variable (``upstream_env.py``): one setting underneath
+each name.
 
-Precedence: flag, then environment, then default. ``docs/configuration.md`` lists the same
-table; a test keeps the two in step.
+Precedence: flag, then ``SLUICE_*``, then upstream's variable, then default. ``resolve`` also
+says which of them each value came from (``sluice settings`` prints it).
+``docs/configuration.md`` lists the same table; a test keeps the two in step.
 """
 
 from __future__ import annotations
@@ -14,12 +17,24 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sluice import upstream_env
 from sluice.bounds import RequestBounds
 
-__all__ = ["BACKENDS", "TRANSPORTS", "Settings", "add_arguments", "from_arguments"]
+__all__ = [
+    "BACKENDS",
+    "LOG_FORMATS",
+    "TRANSPORTS",
+    "Settings",
+    "add_arguments",
+    "from_arguments",
+    "resolve",
+]
 
 BACKENDS = ("memory", "redis")
 TRANSPORTS = ("grpcio", "pyvoy")
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
+DEFAULT = "default"
 
 
 def _setting(default: Any, help: str, *, secret: bool = False) -> Any:
@@ -32,6 +47,11 @@ class Settings:
         "sqlite:///sluice.db",
         "Config database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB.",
         secret=True,
+    )
+    config: str = _setting(
+        "",
+        "sluice serve: YAML file or directory of policies imported into the config database "
+        "before serving (a domain whose rules did not change is left as it is).",
     )
     host: str = _setting("0.0.0.0", "Address both ports bind to.")
     grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
@@ -132,6 +152,11 @@ class Settings:
         "auto: one per CPU this process may run on. Above 1 needs --backend redis.",
     )
     log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR.")
+    log_format: str = _setting(
+        "text",
+        "text, or json: one JSON object a line with @timestamp, level and @message "
+        "(envoyproxy/ratelimit's LOG_FORMAT=json).",
+    )
 
     @property
     def request_bounds(self) -> RequestBounds:
@@ -211,17 +236,34 @@ def from_arguments(
     args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
     """Settings from parsed flags, then the environment, then defaults; bad values raise
-    ValueError naming the flag and the variable."""
+    ValueError naming the flag or the variable."""
+    return resolve(args, environ)[0]
+
+
+def resolve(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, dict[str, str]]:
+    """``from_arguments``, and where each setting came from: ``default``, a flag
+    (``--grpc-port``), a variable (``SLUICE_GRPC_PORT``) or upstream's (``upstream PORT``)."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for f in fields(Settings):
         found = _raw_value(f.name, bool(f.metadata["secret"]), args, environ)
-        if found is not None:
-            raw, origin = found
-            values[f.name] = _convert(raw, type(f.default), origin)
+        upstream = None
+        if found is None:
+            # Only read when Sluice's own names are silent, so they can override a bad one.
+            upstream = upstream_env.upstream_value(f.name, environ)
+            found = upstream
+        if found is None:
+            sources[f.name] = DEFAULT
+            continue
+        raw, origin = found
+        values[f.name] = _convert(raw, type(f.default), origin)
+        sources[f.name] = f"upstream {origin}" if upstream is not None else origin
     settings = Settings(**values)
-    _validate(settings)
-    return settings
+    _validate(settings, sources)
+    return settings, sources
 
 
 def _raw_value(
@@ -251,51 +293,65 @@ def _raw_value(
     return None
 
 
-def _validate(settings: Settings) -> None:
+def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> None:
     from sluice.limiter import FAILURE_MODES
     from sluice.model import LIMIT_OVERRIDES
 
+    def named(name: str) -> str:
+        # A value from upstream's variables is named by them, else by its flag.
+        source = (sources or {}).get(name, "")
+        return (
+            source.removeprefix("upstream ") if source.startswith("upstream ") else flag_name(name)
+        )
+
     if settings.backend not in BACKENDS:
         raise ValueError(
-            f"{flag_name('backend')}: unknown backend '{settings.backend}' ({', '.join(BACKENDS)})"
+            f"{named('backend')}: unknown backend '{settings.backend}' ({', '.join(BACKENDS)})"
         )
     if settings.transport not in TRANSPORTS:
         raise ValueError(
-            f"{flag_name('transport')}: unknown transport '{settings.transport}' "
+            f"{named('transport')}: unknown transport '{settings.transport}' "
             f"({', '.join(TRANSPORTS)})"
         )
     if settings.redis_failure_mode not in FAILURE_MODES:
         raise ValueError(
-            f"{flag_name('redis_failure_mode')}: '{settings.redis_failure_mode}' is not one of "
+            f"{named('redis_failure_mode')}: '{settings.redis_failure_mode}' is not one of "
             f"{', '.join(FAILURE_MODES)}"
         )
     if settings.limit_overrides not in LIMIT_OVERRIDES:
         raise ValueError(
-            f"{flag_name('limit_overrides')}: '{settings.limit_overrides}' is not one of "
+            f"{named('limit_overrides')}: '{settings.limit_overrides}' is not one of "
             f"{', '.join(LIMIT_OVERRIDES)}"
         )
     if "{" in settings.redis_key_prefix or "}" in settings.redis_key_prefix:
         # Braces would make Redis Cluster hash the prefix instead of the counter.
-        raise ValueError(f"{flag_name('redis_key_prefix')}: may not contain '{{' or '}}'")
+        raise ValueError(f"{named('redis_key_prefix')}: may not contain '{{' or '}}'")
     for cert, key in (
         ("tls_cert_file", "tls_key_file"),
         ("redis_tls_cert_file", "redis_tls_key_file"),
     ):
         if bool(getattr(settings, cert)) != bool(getattr(settings, key)):
-            raise ValueError(f"{flag_name(cert)} and {flag_name(key)}: set both or neither")
+            raise ValueError(f"{named(cert)} and {named(key)}: set both or neither")
     if settings.tls_client_ca_file and not settings.tls_cert_file:
         raise ValueError(
-            f"{flag_name('tls_client_ca_file')}: client certificates need TLS: "
-            f"set {flag_name('tls_cert_file')} and {flag_name('tls_key_file')} too"
+            f"{named('tls_client_ca_file')}: client certificates need TLS: "
+            f"set {named('tls_cert_file')} and {named('tls_key_file')} too"
         )
     workers = settings.workers.strip().lower()
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
-        raise ValueError(
-            f"{flag_name('workers')}: '{settings.workers}' is not auto or a number >= 1"
-        )
+        raise ValueError(f"{named('workers')}: '{settings.workers}' is not auto or a number >= 1")
     for name in ("redis_timeout_ms", "redis_pool_size", "local_cache_max_keys"):
         if getattr(settings, name) < 1:
-            raise ValueError(f"{flag_name(name)}: must be at least 1")
+            raise ValueError(f"{named(name)}: must be at least 1")
+    if settings.log_level.upper() not in LOG_LEVELS:
+        raise ValueError(
+            f"{named('log_level')}: '{settings.log_level}' is not one of "
+            "DEBUG, INFO, WARNING, ERROR or CRITICAL"
+        )
+    if settings.log_format not in LOG_FORMATS:
+        raise ValueError(
+            f"{named('log_format')}: '{settings.log_format}' is not one of {', '.join(LOG_FORMATS)}"
+        )
 
 
 def _convert(raw: Any, kind: type, origin: str) -> Any:

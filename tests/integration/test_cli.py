@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,8 +102,10 @@ def test_settings_come_from_flags_then_environment_and_hide_secrets() -> None:
         },
     )
     assert result.returncode == 0, result.stderr
-    assert '"grpc_port": 9001' in result.stdout
-    assert '"http_port": 9002' in result.stdout
+    shown = json.loads(result.stdout)
+    assert shown["grpc_port"] == {"value": 9001, "source": "--grpc-port"}
+    assert shown["http_port"] == {"value": 9002, "source": "SLUICE_HTTP_PORT"}
+    assert shown["host"] == {"value": "0.0.0.0", "source": "default"}
     assert "hunter2" not in result.stdout and "sluice:***@db:5432" in result.stdout
 
 

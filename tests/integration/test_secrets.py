@@ -89,7 +89,7 @@ def test_no_secret_reaches_the_log_or_the_pages(tmp_path: Path, postgres_url: st
 
     shown = run_sluice(["settings"], env={**os.environ, **env})
     assert shown.returncode == 0 and _leaks(shown.stdout + shown.stderr) == []
-    effective = json.loads(shown.stdout)
+    effective = {name: shown["value"] for name, shown in json.loads(shown.stdout).items()}
     assert effective["database_url"] == _with_password(postgres_url, "X").replace(":X@", ":***@")
     assert effective["redis_url"].startswith("redis://sluice:***@")
     assert effective["api_token"] == effective["admin_users"] == "***"

@@ -5,6 +5,7 @@ scripts import it too."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -123,6 +124,7 @@ def sluice_serve(
     https: ssl.SSLContext | None = None,
     command_prefix: Sequence[str] = (),
     allowed_tracebacks: Sequence[str] = (),
+    upstream_only: bool = False,
 ) -> Iterator[SluiceProcess]:
     """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards.
 
@@ -132,28 +134,42 @@ def sluice_serve(
     tests that provoke errors on purpose.
 
     ``https``: the server runs with TLS; readiness is polled with this client context.
-    ``command_prefix``: run through it, e.g. ``["taskset", "-c", "0"]`` (the benchmark)."""
+    ``command_prefix``: run through it, e.g. ``["taskset", "-c", "0"]`` (the benchmark).
+    ``upstream_only``: as envoyproxy/ratelimit is run, with no flag and no ``SLUICE_*``
+    variable (not even inherited): the ports come from upstream's ``GRPC_HOST``,
+    ``GRPC_PORT``, ``HOST`` and ``PORT``, the config database is the default one in
+    ``workdir``, and the rest is up to ``env``."""
     grpc_port, http_port = free_port(), free_port()
-    if database_url is None and not {"SLUICE_DATABASE_URL", "SLUICE_DATABASE_URL_FILE"} & set(
-        env or {}
-    ):
-        database_url = f"sqlite:///{workdir / 'sluice.db'}"
-    args = [
-        *command_prefix,
-        sys.executable,
-        "-m",
-        "sluice",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--grpc-port",
-        str(grpc_port),
-        "--http-port",
-        str(http_port),
-        *(["--database-url", database_url] if database_url is not None else []),
-        *(["--config", str(Path(config).resolve())] if config is not None else []),
-        *extra_args,
-    ]
+    inherited = dict(os.environ)
+    if upstream_only:
+        assert config is None and database_url is None and not extra_args
+        inherited = {k: v for k, v in inherited.items() if not k.startswith("SLUICE_")}
+        inherited.update(
+            GRPC_HOST="127.0.0.1", GRPC_PORT=str(grpc_port), HOST="127.0.0.1", PORT=str(http_port)
+        )
+        args = [*command_prefix, sys.executable, "-m", "sluice", "serve"]
+    else:
+        if database_url is None and not {
+            "SLUICE_DATABASE_URL",
+            "SLUICE_DATABASE_URL_FILE",
+        } & set(env or {}):
+            database_url = f"sqlite:///{workdir / 'sluice.db'}"
+        args = [
+            *command_prefix,
+            sys.executable,
+            "-m",
+            "sluice",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            *(["--database-url", database_url] if database_url is not None else []),
+            *(["--config", str(Path(config).resolve())] if config is not None else []),
+            *extra_args,
+        ]
     log_path = workdir / f"sluice-{grpc_port}.log"
     log_file = open(log_path, "w")  # noqa: SIM115 (closed below, after the process)
     # cwd: whatever the server writes beside itself (its snapshot cache) stays in workdir.
@@ -163,7 +179,7 @@ def sluice_serve(
         stderr=subprocess.STDOUT,
         text=True,
         cwd=workdir,
-        env={**os.environ, **(env or {})},
+        env={**inherited, **(env or {})},
     )
     server = SluiceProcess(process, grpc_port, http_port, log_path, "https" if https else "http")
     try:
@@ -196,9 +212,10 @@ def check_server_log(log: str, exit_code: int, allowed_tracebacks: Sequence[str]
 
 
 def _traceback_ends(log: str) -> list[str]:
-    """The last line of every traceback in ``log`` (the exception and its message)."""
+    """The last line of every traceback in ``log`` (the exception and its message), also
+    inside the JSON lines of ``LOG_FORMAT=json``."""
     ends = []
-    lines = log.splitlines()
+    lines = [part for line in log.splitlines() for part in _message_lines(line)]
     for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last):"):
             j = i + 1
@@ -206,3 +223,15 @@ def _traceback_ends(log: str) -> list[str]:
                 j += 1
             ends.append(lines[j] if j < len(lines) else "")
     return ends
+
+
+def _message_lines(line: str) -> list[str]:
+    """A JSON log line's ``@message`` split into its lines; any other line as it is."""
+    if line.startswith("{"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return [line]
+        if isinstance(record, dict) and isinstance(record.get("@message"), str):
+            return record["@message"].splitlines()
+    return [line]

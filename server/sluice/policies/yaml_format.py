@@ -83,10 +83,20 @@ _MAX_INT_DIGITS = 64
 def load_path(
     path: str | Path, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
 ) -> list[DomainPolicy]:
-    """Load a YAML file, or every ``*.yaml``/``*.yml`` file below a directory (sorted)."""
+    """Load a YAML file, or every ``*.yaml``/``*.yml`` file below a directory (sorted).
+
+    Hidden files and directories below the directory are skipped: a Kubernetes ConfigMap
+    mount holds each file twice more under ``..data`` and ``..<timestamp>`` (upstream's
+    ``RUNTIME_IGNOREDOTFILES=true``)."""
     root = Path(path)
     if root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.suffix in (".yaml", ".yml")
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            and p.is_file()
+        )
         if not files:
             raise ConfigError([f"{root}: no .yaml or .yml files found"])
     elif root.is_file():

@@ -396,6 +396,20 @@ def test_a_directory_loads_every_yaml_file_and_a_bad_file_loads_nothing(tmp_path
     ]
 
 
+def test_a_directory_skips_hidden_files_and_directories(tmp_path: Path) -> None:
+    # A Kubernetes ConfigMap mount: the file under ..<timestamp>, ..data a link to it, and
+    # the visible name a link through ..data. Read once, not three times (a duplicate).
+    version = tmp_path / "..2026_11_25_13_00_00.000000001"
+    version.mkdir()
+    (version / "config.yaml").write_text("domain: a\n")
+    (tmp_path / "..data").symlink_to(version.name)
+    (tmp_path / "config.yaml").symlink_to("..data/config.yaml")
+    (tmp_path / ".editor.yaml").write_text("domain: b\n")
+    assert [p.domain for p in load_path(tmp_path)] == ["a"]
+    # The path given is read even when it is hidden itself.
+    assert [p.domain for p in load_path(version)] == ["a"]
+
+
 def test_missing_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_path(tmp_path / "nope.yaml")

@@ -1,0 +1,40 @@
+"""Logging to stderr as text, or as JSON lines shaped like envoyproxy/ratelimit's
+``LOG_FORMAT=json`` (``@timestamp``, ``level``, ``@message``), so log pipelines built for
+upstream keep parsing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+__all__ = ["JsonFormatter", "configure"]
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Python's level names -> logrus's, which upstream writes.
+_LEVELS = {"WARNING": "warning", "CRITICAL": "fatal"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        line = {
+            "@message": message,
+            "@timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": _LEVELS.get(record.levelname, record.levelname.lower()),
+            "logger": record.name,
+        }
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(*, level: str, log_format: str) -> None:
+    """Log to stderr at ``level`` (a Python level name) as ``text`` or ``json``."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
