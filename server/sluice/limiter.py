@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sluice.algorithms import Limit, Outcome
-from sluice.backends import Backend, Hit, synchronous_apply
+from sluice.backends import Backend, Hit
+from sluice.backends.memory import synchronous_apply
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
 from sluice.errors import BackendUnavailableError, InvalidRequestError

@@ -39,6 +39,6 @@ def expires_at(state: WindowState, limit: Limit) -> float:
     return state.window_start_s + limit.period_s
 
 
-ALGORITHM = Algorithm(
+ALGORITHM: Algorithm = Algorithm(
     "fixed_window", step, expires_at, counts_refused=True, whole_second_resets=True
 )

@@ -39,4 +39,4 @@ def expires_at(state: GcraState, limit: Limit) -> float:
     return expires((state.base, state.cells), limit)
 
 
-ALGORITHM = Algorithm("gcra", step, expires_at, takes_burst=True)
+ALGORITHM: Algorithm = Algorithm("gcra", step, expires_at, takes_burst=True)

@@ -41,4 +41,4 @@ def expires_at(state: QueueState, limit: Limit) -> float:
     return expires((state.base, state.cells), limit)
 
 
-ALGORITHM = Algorithm("leaky_bucket", step, expires_at, takes_burst=True)
+ALGORITHM: Algorithm = Algorithm("leaky_bucket", step, expires_at, takes_burst=True)

@@ -108,4 +108,4 @@ def expires_at(state: CounterState, limit: Limit) -> float:
     return state.window_start
 
 
-ALGORITHM = Algorithm("sliding_window_counter", step, expires_at)
+ALGORITHM: Algorithm = Algorithm("sliding_window_counter", step, expires_at)

@@ -79,4 +79,4 @@ def expires_at(state: LogState, limit: Limit) -> float:
     return state.entries[-1][0] + limit.period_s if state.entries else 0.0
 
 
-ALGORITHM = Algorithm("sliding_window_log", step, expires_at, stores_each_request=True)
+ALGORITHM: Algorithm = Algorithm("sliding_window_log", step, expires_at, stores_each_request=True)

@@ -59,4 +59,4 @@ def expires_at(state: BucketState, limit: Limit) -> float:
     return u + settle(u, wait, lambda x: _fill(state, limit, x)[0] >= limit.burst)
 
 
-ALGORITHM = Algorithm("token_bucket", step, expires_at, takes_burst=True)
+ALGORITHM: Algorithm = Algorithm("token_bucket", step, expires_at, takes_burst=True)

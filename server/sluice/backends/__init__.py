@@ -3,13 +3,13 @@ of requests), all hits in it, so a remote backend can answer in one round trip."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from sluice.algorithms import Limit, Outcome
 from sluice.records import record
 
-__all__ = ["Backend", "Hit", "synchronous_apply"]
+__all__ = ["Backend", "Hit"]
 
 
 @record
@@ -39,14 +39,3 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def synchronous_apply(
-    backend: Backend,
-) -> Callable[[Sequence[Hit], float], list[tuple[Outcome, ...]]] | None:
-    """The backend's ``apply_now`` when its ``apply`` does nothing else (state in this
-    process), so the limiter can skip the coroutine, which costs more than the step; None for
-    any other backend, a subclass that overrides ``apply`` included."""
-    if getattr(type(backend).apply, "only_calls_apply_now", False):
-        return backend.apply_now  # type: ignore[attr-defined, no-any-return]
-    return None

@@ -10,17 +10,20 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.algorithms import Outcome
-from sluice.backends import Hit
+from mypy_extensions import mypyc_attr
 
-__all__ = ["MemoryBackend"]
+from sluice.algorithms import Outcome
+from sluice.backends import Backend, Hit
+
+__all__ = ["MemoryBackend", "synchronous_apply"]
 
 _StateKey = tuple[Any, ...]  # counter key + (algorithm, period_s)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests wrap it (setup.py compiles this module)
 class MemoryBackend:
     def __init__(self, *, max_keys: int = 1_000_000) -> None:
         if max_keys < 1:
@@ -37,8 +40,6 @@ class MemoryBackend:
 
     async def apply(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
         return self.apply_now(hits, now)
-
-    apply.only_calls_apply_now = True  # type: ignore[attr-defined]  # see synchronous_apply
 
     def apply_now(self, hits: Sequence[Hit], now: float) -> list[tuple[Outcome, ...]]:
         """The same as ``apply``, synchronously (no I/O happens here)."""
@@ -138,3 +139,14 @@ class MemoryBackend:
                 # The key may have been renewed with a later expiry since it was scheduled.
                 if entry is not None and entry[1] <= now:
                     del self._states[key]
+
+
+def synchronous_apply(
+    backend: Backend,
+) -> Callable[[Sequence[Hit], float], list[tuple[Outcome, ...]]] | None:
+    """``backend.apply_now`` when ``backend`` is a MemoryBackend whose ``apply`` only calls
+    it, so the limiter can skip the coroutine, which costs more than the step; None for any
+    other backend, a subclass that overrides ``apply`` included."""
+    if isinstance(backend, MemoryBackend) and type(backend).apply is MemoryBackend.apply:
+        return backend.apply_now
+    return None

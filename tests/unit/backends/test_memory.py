@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome
-from sluice.backends import Hit, synchronous_apply
-from sluice.backends.memory import MemoryBackend
+from sluice.backends import Hit
+from sluice.backends.memory import MemoryBackend, synchronous_apply
 
 
 def apply(backend: MemoryBackend, hits: list[Hit], now: float) -> list[tuple[bool, int]]:
