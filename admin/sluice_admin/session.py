@@ -101,7 +101,10 @@ def sign_in_as(name: str, password: str) -> str | None:
         )
     try:
         # The address Streamlit saw (None for localhost); behind a proxy it is the proxy's.
-        address = st.context.ip_address
+        # Anything but text (Streamlit's test harness has a mock there) counts as unknown: the
+        # limiter, compiled, takes descriptor values as str only.
+        seen = st.context.ip_address
+        address = seen if isinstance(seen, str) else None
         signed_in = sign_in(accounts, _limiter(s.database_url, s), name, password, address)
     except (SignInRefused, SignInUnavailable) as exc:
         return str(exc)
