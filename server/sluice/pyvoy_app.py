@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 
 from grpc_health.v1 import health_pb2
 
@@ -98,6 +99,7 @@ class Embedded:
         self._control_task: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
+        _trace_this_thread()
         store = PolicyStore(self.settings.database_url)
         self._store = store.__enter__()
         # The launcher brought the schema up to date (and imported --config) already.
@@ -140,9 +142,42 @@ class Embedded:
         if self._store is not None:
             self._store.__exit__(None, None, None)
         logging.getLogger("sluice").info("drained")
+        _save_coverage()
 
     async def shutdown(self) -> None:
         await self.stop()
+
+
+def _start_coverage() -> None:
+    """Under the test suite's coverage (its subprocess patch sets COVERAGE_PROCESS_CONFIG for
+    every process the tests start), measure this interpreter too: embedded in Envoy, it does
+    not read the .pth file through which coverage starts in any other Python process."""
+    if os.environ.get("COVERAGE_PROCESS_CONFIG") is None:
+        return
+    try:
+        import coverage
+    except ImportError:
+        return
+    coverage.process_startup()
+
+
+def _trace_this_thread() -> None:
+    """Coverage on Python 3.11 traces the thread that started it and the threads Python starts
+    later; pyvoy's event loop runs on a thread Envoy started, so it is started there again."""
+    coverage = sys.modules.get("coverage")
+    current = coverage.Coverage.current() if coverage is not None else None
+    if current is not None:
+        current.stop()
+        current.start()
+
+
+def _save_coverage() -> None:
+    """Write what coverage measured here: Envoy ends the process without running Python's
+    exit handlers, where coverage would save it."""
+    coverage = sys.modules.get("coverage")
+    current = coverage.Coverage.current() if coverage is not None else None
+    if current is not None:
+        current.save()
 
 
 def build() -> GrpcApp:
@@ -155,6 +190,8 @@ def build() -> GrpcApp:
     return Embedded(settings).app
 
 
+if os.environ.get(CONTROL_FD_VARIABLE) is not None:
+    _start_coverage()
 app = build() if os.environ.get(CONTROL_FD_VARIABLE) is not None else None
 """Built on import inside Envoy (the launcher sets the control fd); None elsewhere, so
 importing this module to read it costs nothing."""
