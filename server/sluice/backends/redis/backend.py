@@ -11,6 +11,11 @@ slot, issued concurrently (redis-py cannot put scripts in a cluster pipeline). E
 request's outcomes are routed back to its caller; a failed call fails only the requests it
 carried.
 
+The client path: standalone and Sentinel calls go through ``wire.ScriptConnection`` (EVALSHA
+bytes written directly on one pipelined connection, hiredis parsing the replies), built from
+the redis-py client's own settings; Cluster calls, and any deployment the lean path cannot
+serve (``lean_client=False``, a Unix socket), go through redis-py.
+
 Time: by default the script reads Redis's clock (``server_time``), so several Sluice
 instances with skewed clocks agree on window boundaries; otherwise a batch uses the latest
 ``now`` its requests brought (they are concurrent, so any of them is as right as another).
@@ -43,7 +48,8 @@ from sluice.algorithms import Outcome
 from sluice.backends import Hit
 from sluice.backends.redis.breaker import CLOSED, CircuitBreaker
 from sluice.backends.redis.keys import KeyNamer
-from sluice.backends.redis.scripts import ApplyScript
+from sluice.backends.redis.scripts import SCRIPT_SOURCE, ApplyScript, LeanApplyScript
+from sluice.backends.redis.wire import ScriptConnection
 from sluice.errors import BackendUnavailableError
 
 __all__ = ["RedisBackend"]
@@ -83,13 +89,24 @@ class RedisBackend:
         max_concurrent_calls: int = 16,
         breaker: CircuitBreaker | None = None,
         answer_timeout_s: float | None = None,
+        lean_client: bool = True,
     ) -> None:
+        """``lean_client``: standalone and Sentinel script calls on ``wire.ScriptConnection``
+        rather than through ``client`` (which still serves Cluster and Sentinel discovery)."""
         if max_in_flight < 1 or max_batch_hits < 1 or max_concurrent_calls < 1:
             raise ValueError("max_in_flight, max_batch_hits and max_concurrent_calls must be >= 1")
         self._client = client
-        self._script = ApplyScript(client)
         self._names = KeyNamer(key_prefix)
         self._cluster = isinstance(client, RedisCluster)
+        lean = (
+            ScriptConnection.from_client(client, SCRIPT_SOURCE)
+            if lean_client and not self._cluster
+            else None
+        )
+        self.lean_connection = lean
+        self._script: ApplyScript | LeanApplyScript = (
+            LeanApplyScript(lean) if lean is not None else ApplyScript(client)
+        )
         self._server_time = server_time
         self._max_in_flight = max_in_flight
         self._max_batch_hits = max_batch_hits
@@ -167,6 +184,8 @@ class RedisBackend:
             task.cancel()
         self._fail(self._pending, BackendUnavailableError("Redis backend closed"))
         self._pending = []
+        if self.lean_connection is not None:
+            await self.lean_connection.aclose()
         await self._client.aclose()
 
     def _flush(self) -> None:

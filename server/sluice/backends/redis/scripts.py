@@ -12,18 +12,33 @@ Calling convention (one call = one atomic decision for a batch of hits):
 * ARGV: ``now`` (seconds, ``repr`` of a float) or ``""`` to use Redis's clock; then per hit
   ``cost, k`` and ``k`` times ``algorithm, requests_per_unit, period_s, burst``.
 * Reply: five values per limit, in KEYS order: allowed, remaining, reset_s, delay_s, fits.
+
+Two ways to call it: ``ApplyScript`` through redis-py (Cluster, and anything the lean path
+cannot serve), ``LeanApplyScript`` through ``wire.ScriptConnection`` (standalone and
+Sentinel), whose RESP bytes ``encode_command`` builds from chunks computed once per limit
+and per cost: the same arguments, byte for byte, as ``encode_args``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sluice.algorithms import ALGORITHMS, Outcome
+from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.backends import Hit
+from sluice.backends.redis.wire import ScriptConnection, bulk
 
-__all__ = ["SCRIPT_SOURCE", "ApplyScript", "decode_result", "encode_args", "key_count"]
+__all__ = [
+    "SCRIPT_SOURCE",
+    "ApplyScript",
+    "LeanApplyScript",
+    "decode_result",
+    "encode_args",
+    "encode_command",
+    "key_count",
+]
 
 _LUA_DIR = Path(__file__).with_name("lua")
 _PARTS = ("prelude", *ALGORITHMS, "apply")
@@ -77,6 +92,61 @@ def decode_result(raw: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[Outcome
             i += _FIELDS
         outcomes.append(tuple(per_hit))
     return outcomes
+
+
+@lru_cache(maxsize=4096)
+def _limit_chunk(algorithm: str, requests_per_unit: int, period_s: int, burst: int) -> bytes:
+    return b"".join(
+        bulk(part.encode())
+        for part in (algorithm, str(requests_per_unit), str(period_s), str(burst))
+    )
+
+
+def _limit_args(limit: Limit) -> bytes:
+    """A limit's four arguments in RESP (cached: limits come from a compiled snapshot)."""
+    return _limit_chunk(
+        limit.algorithm.name, int(limit.requests_per_unit), int(limit.period_s), int(limit.burst)
+    )
+
+
+@lru_cache(maxsize=1024)
+def _hit_header(cost: int, limits: int) -> bytes:
+    return bulk(str(cost).encode()) + bulk(str(limits).encode())
+
+
+def encode_command(
+    keys: Sequence[str], hits: Sequence[Hit], now: float | None
+) -> tuple[bytes, int]:
+    """numkeys, KEYS and ARGV of the call for ``hits`` as RESP bulk strings, and how many
+    there are: what ``wire.ScriptConnection.call`` sends after ``EVALSHA sha``."""
+    parts = [bulk(str(len(keys)).encode())]
+    parts += [bulk(key.encode()) for key in keys]
+    parts.append(b"$0\r\n\r\n" if now is None else bulk(repr(float(now)).encode()))
+    nargs = 2 + len(keys)
+    for hit in hits:
+        limits = hit.limits
+        parts.append(_hit_header(int(hit.cost), len(limits)))
+        parts += [_limit_args(limit) for limit in limits]
+        nargs += 2 + 4 * len(limits)
+    return b"".join(parts), nargs
+
+
+class LeanApplyScript:
+    """The script over a ``wire.ScriptConnection``: what ``ApplyScript`` does, without
+    redis-py on the way."""
+
+    def __init__(self, connection: ScriptConnection) -> None:
+        self.connection = connection
+
+    async def __call__(
+        self, keys: Sequence[str], hits: Sequence[Hit], now: float | None = None
+    ) -> list[tuple[Outcome, ...]]:
+        """Apply ``hits`` atomically."""
+        if len(keys) != key_count(hits):
+            raise ValueError(f"{len(keys)} keys for {key_count(hits)} limits")
+        payload, nargs = encode_command(keys, hits, now)
+        raw = await self.connection.call(payload, nargs)
+        return decode_result(raw, hits)
 
 
 class ApplyScript:
