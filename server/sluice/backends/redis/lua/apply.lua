@@ -4,35 +4,43 @@
 -- requests_per_unit, period_s, burst), which the algorithms call L, P and b.
 -- Returns, per limit of every hit in order: allowed (0/1), remaining, reset_s and delay_s
 -- (strings, '%.17g': Redis would truncate a non-integer Lua number), fits (0/1).
+--
+-- Lean by design (Redis's CPU per decision is what a shared Redis scales by): the arguments
+-- are checked in one pass into flat arrays (no table per hit or per limit), and a hit with
+-- one limit (the common case) is stepped and committed without the per-hit results table.
 
--- Parse everything first: an error after a commit would leave the call half applied.
-local hits = {}
-local limit_count = 0
+-- Check everything first: an error after a commit would leave the call half applied.
+local argc = #ARGV
+local hit_cost, hit_limits = {}, {} -- per hit
+local fns, Ls, Ps, bs, counted = {}, {}, {}, {}, {} -- per limit, in KEYS order
+local nhits, nlimits = 0, 0
 local a = 2
-while a <= #ARGV do
+while a <= argc do
   local cost, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   if cost == nil or k == nil or cost < 0 or k < 0 then
     return redis.error_reply('sluice: bad hit header at ARGV[' .. a .. ']')
   end
   a = a + 2
-  local limits = {}
-  for j = 1, k do
+  nhits = nhits + 1
+  hit_cost[nhits], hit_limits[nhits] = cost, k
+  for _ = 1, k do
     local name = ARGV[a]
+    local fn = ALGORITHMS[name]
     local L, P, b = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    if ALGORITHMS[name] == nil then
+    if fn == nil then
       return redis.error_reply('sluice: unknown algorithm ' .. tostring(name))
     end
     if L == nil or P == nil or b == nil or L < 0 or P <= 0 or b < 0 then
       return redis.error_reply('sluice: bad limit at ARGV[' .. a .. ']')
     end
-    limits[j] = { name = name, L = L, P = P, b = b }
+    nlimits = nlimits + 1
+    fns[nlimits], Ls[nlimits], Ps[nlimits], bs[nlimits] = fn, L, P, b
+    counted[nlimits] = COUNTS_REFUSED[name] or false
     a = a + 4
   end
-  hits[#hits + 1] = { cost = cost, limits = limits }
-  limit_count = limit_count + k
 end
-if limit_count ~= #KEYS then
-  return redis.error_reply('sluice: ' .. #KEYS .. ' KEYS for ' .. limit_count .. ' limits')
+if nlimits ~= #KEYS then
+  return redis.error_reply('sluice: ' .. #KEYS .. ' KEYS for ' .. nlimits .. ' limits')
 end
 
 local now
@@ -47,28 +55,45 @@ else
 end
 
 local out = {}
-local next_key = 1
-for _, hit in ipairs(hits) do
-  -- Step every limit before writing any: a hit is admitted only if all of them admit it.
-  local results = {}
-  local admitted = true
-  for j, limit in ipairs(hit.limits) do
-    local res = ALGORITHMS[limit.name](KEYS[next_key], now, limit.L, limit.P, limit.b, hit.cost)
-    results[j] = res
-    admitted = admitted and res.allowed
-    next_key = next_key + 1
-  end
-  for j, res in ipairs(results) do
+local n = 0
+local function emit(res)
+  out[n + 1] = res.allowed and 1 or 0
+  out[n + 2] = res.remaining
+  out[n + 3] = res.reset == 0 and '0' or fmt(res.reset)
+  out[n + 4] = res.delay == 0 and '0' or fmt(res.delay)
+  out[n + 5] = res.fits and 1 or 0
+  n = n + 5
+end
+
+local i = 1 -- the next limit (and key)
+local results = {}
+for h = 1, nhits do
+  local cost, k = hit_cost[h], hit_limits[h]
+  if k == 1 then
+    local res = fns[i](KEYS[i], now, Ls[i], Ps[i], bs[i], cost)
     -- A refused hit changes nothing, except where refused hits count (fixed windows).
-    if res.commit ~= nil and (admitted or COUNTS_REFUSED[hit.limits[j].name]) then
+    if res.commit ~= nil and (res.allowed or counted[i]) then
       res.commit()
     end
-    local n = #out
-    out[n + 1] = res.allowed and 1 or 0
-    out[n + 2] = res.remaining
-    out[n + 3] = fmt(res.reset)
-    out[n + 4] = fmt(res.delay)
-    out[n + 5] = res.fits and 1 or 0
+    emit(res)
+    i = i + 1
+  elseif k > 1 then
+    -- Step every limit before writing any: a hit is admitted only if all of them admit it.
+    local admitted = true
+    for j = 1, k do
+      local res = fns[i + j - 1](KEYS[i + j - 1], now, Ls[i + j - 1], Ps[i + j - 1],
+        bs[i + j - 1], cost)
+      results[j] = res
+      admitted = admitted and res.allowed
+    end
+    for j = 1, k do
+      local res = results[j]
+      if res.commit ~= nil and (admitted or counted[i + j - 1]) then
+        res.commit()
+      end
+      emit(res)
+    end
+    i = i + k
   end
 end
 return out
