@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -123,6 +124,9 @@ class RedisBackend:
         self._flush_scheduled = False
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        # Callers still waiting, oldest first, with the time their answer is due.
+        self._deadlines: deque[tuple[float, asyncio.Future[_Outcomes]]] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
         # Counters for metrics and tests.
         self.round_trips = 0
         self.script_calls = 0
@@ -146,15 +150,29 @@ class RedisBackend:
         if not self._flush_scheduled and self._in_flight < self._max_in_flight:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        if self._answer_timeout_s is None:
-            return await future
-        # The call carrying this request goes on (its result, if any, is dropped): only the
-        # wait ends. A timer per request, as cheap as it gets: no task, no extra future.
-        timer = loop.call_later(self._answer_timeout_s, self._expire, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        if self._answer_timeout_s is not None:
+            # The call carrying this request goes on (its result, if any, is dropped): only
+            # the wait ends. Deadlines come in order (one budget, a monotonic clock), so one
+            # timer for the oldest serves them all: a timer per request cost more than the
+            # lean client path itself (heap pushes, and cancelled timers to pop).
+            deadline = loop.time() + self._answer_timeout_s
+            self._deadlines.append((deadline, future))
+            if self._watchdog is None:
+                self._watchdog = loop.call_at(deadline, self._expire_due)
+        return await future
+
+    def _expire_due(self) -> None:
+        """Answer "unavailable" to every caller past its deadline; wait for the next one."""
+        self._watchdog = None
+        loop = asyncio.get_running_loop()
+        now, deadlines = loop.time(), self._deadlines
+        while deadlines:
+            deadline, future = deadlines[0]
+            if not future.done() and deadline > now:
+                self._watchdog = loop.call_at(deadline, self._expire_due)
+                return
+            deadlines.popleft()
+            self._expire(future)
 
     def _expire(self, future: asyncio.Future[list[tuple[Outcome, ...]]]) -> None:
         if not future.done():
@@ -182,6 +200,9 @@ class RedisBackend:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         self._fail(self._pending, BackendUnavailableError("Redis backend closed"))
         self._pending = []
         if self.lean_connection is not None:
