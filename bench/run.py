@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -79,6 +80,7 @@ class Target:
     flood: bool = False  # every call names the same key, over its limit
     transport: str = "grpcio"  # "grpcio" or "pyvoy" (noop and sluice); "go" for the reference
     descriptors: int | None = None  # per request; None: --descriptors
+    redis_client: str | None = None  # sluice serve --redis-client; None: Sluice's default
 
     @property
     def expected_limit(self) -> int:
@@ -271,6 +273,8 @@ def serving(
     if target.backend == "redis":
         assert redis is not None
         extra_args += ["--backend", "redis", "--redis-url", redis.url]
+    if target.redis_client is not None:
+        extra_args += ["--redis-client", target.redis_client]
     if target.local_cache is not None:
         extra_args.append("--local-cache" if target.local_cache else "--no-local-cache")
     with sluice_serve(
@@ -801,6 +805,13 @@ def plan(args: argparse.Namespace) -> tuple[list[Target], list[Row]]:
                            transport="pyvoy", descriptors=3)
                 ]  # fmt: skip
                 flood = []
+            if args.redis_py_too:
+                # The same Redis targets through redis-py's client, for a same-run comparison.
+                redis_targets += [
+                    dataclasses.replace(t, name=f"{t.name}-redispy", redis_client="redis-py")
+                    for t in redis_targets
+                    if t.transport == "pyvoy" and t.algorithm == "fixed_window"
+                ]
             if no_redis:
                 skipped += [Row(t, skipped=no_redis) for t in redis_targets + flood]
                 continue
@@ -842,6 +853,12 @@ def main(argv: list[str] | None = None) -> int:
         "3d (memory and Redis fixed window, 3 descriptors per request, pyvoy)",
     )
     parser.add_argument("--redis", action="store_true", help="every Redis algorithm, and the flood")
+    parser.add_argument(
+        "--redis-py-too",
+        action="store_true",
+        help="also the pyvoy Redis fixed_window targets with --redis-client redis-py (suffix "
+        "-redispy): the lean client path against redis-py's in one run",
+    )
     parser.add_argument(
         "--transports",
         default="grpcio,pyvoy",

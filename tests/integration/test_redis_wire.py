@@ -14,11 +14,13 @@ import pytest
 import redis
 
 from sluice.algorithms import ALGORITHMS, Limit
+from sluice.app import make_backend
 from sluice.backends import Hit
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import connect
 from sluice.backends.redis.scripts import encode_args, encode_command
 from sluice.errors import BackendUnavailableError
+from sluice.settings import Settings
 from tests.support.redis_servers import RedisProcess
 
 WINDOW = Limit(50, 3600, ALGORITHMS["fixed_window"])
@@ -177,3 +179,19 @@ def test_200_concurrent_calls_with_limit_50_admit_exactly_50(redis_server: str) 
         return sum(results)
 
     assert asyncio.run(scenario()) == 50
+
+
+@pytest.mark.parametrize("client", ["lean", "redis-py"])
+def test_redis_client_setting_picks_the_path(redis_server: str, client: str) -> None:
+    settings = Settings(
+        backend="redis", redis_url=redis_server, redis_client=client, local_cache=False
+    )
+    backend = make_backend(settings)
+    assert isinstance(backend, RedisBackend)
+    assert (backend.lean_connection is not None) is (client == "lean")
+
+    async def scenario() -> None:
+        assert await allowed(backend, uuid.uuid4().hex)
+        await backend.close()
+
+    asyncio.run(scenario())
