@@ -195,3 +195,30 @@ def test_redis_client_setting_picks_the_path(redis_server: str, client: str) -> 
         await backend.close()
 
     asyncio.run(scenario())
+
+
+def test_pipelined_calls_get_their_own_replies(redis_server: str) -> None:
+    # One request per script call and 8 calls in flight on the one connection: each reply
+    # must reach the call it answers. Counter k has limit 100 * (k + 1), so a reply routed to
+    # the wrong caller shows as a remaining count outside its counter's range.
+    backend = lean_backend(redis_server, max_in_flight=8, max_batch_hits=1)
+    counters = 20
+
+    async def one(n: int) -> tuple[int, int]:
+        k = n % counters
+        limit = Limit(100 * (k + 1), 3600, ALGORITHMS["fixed_window"])
+        [outcomes] = await backend.apply([Hit(("p", str(k)), (limit,), 1)], time.time())
+        return k, outcomes[0].remaining
+
+    async def scenario() -> list[tuple[int, int]]:
+        results = await asyncio.gather(*(one(n) for n in range(400)))
+        assert backend.lean_connection is not None
+        assert backend.lean_connection.connects == 1
+        assert backend.script_calls >= 400 / 8
+        await backend.close()
+        return results
+
+    results = asyncio.run(scenario())
+    for k in range(counters):
+        seen = sorted(remaining for counter, remaining in results if counter == k)
+        assert seen == list(range(100 * (k + 1) - 20, 100 * (k + 1)))

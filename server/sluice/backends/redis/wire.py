@@ -240,6 +240,8 @@ class ScriptConnection:
         # One connect at a time; every call arriving meanwhile waits for the same one.
         if self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            # Its failure reaches every caller still waiting; none may be left (all cancelled).
+            self._connecting.add_done_callback(_consume)
         task = self._connecting
         try:
             return await asyncio.shield(task)
@@ -293,3 +295,8 @@ class ScriptConnection:
             self._connecting.cancel()
             self._connecting = None
         self._drop(ConnectionError("Redis connection closed"))
+
+
+def _consume(task: asyncio.Task[_Replies]) -> None:
+    if not task.cancelled():
+        task.exception()
