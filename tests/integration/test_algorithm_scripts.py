@@ -39,13 +39,9 @@ SCHEDULES = {
 # The script of instances from before gcra and leaky_bucket counted cells (its gcra and
 # leaky_bucket only), to play an old instance in a rolling upgrade.
 OLD_SCRIPT_SOURCE = (Path(__file__).parent / "lua" / "apply_before_cells.lua").read_text()
-# The script with the fixed_window of instances from before it set the expiry once per
-# window (it set it on every hit), to play an old instance in a rolling upgrade.
-_LUA = Path(__file__).parents[2] / "server" / "sluice" / "backends" / "redis" / "lua"
-OLD_FIXED_WINDOW_SOURCE = SCRIPT_SOURCE.replace(
-    (_LUA / "fixed_window.lua").read_text(),
-    (Path(__file__).parent / "lua" / "fixed_window_before_lean.lua").read_text(),
-)
+# The script of instances from before the lean driver and fixed window (whose fixed windows
+# set the expiry on every hit), to play an old instance in a rolling upgrade.
+OLD_FIXED_WINDOW_SOURCE = (Path(__file__).parent / "lua" / "apply_before_lean.lua").read_text()
 
 
 class Harness:

@@ -7,7 +7,8 @@
 --
 -- Lean by design (Redis's CPU per decision is what a shared Redis scales by): the arguments
 -- are checked in one pass into flat arrays (no table per hit or per limit), and a hit with
--- one limit (the common case) is stepped and committed without the per-hit results table.
+-- one limit (the common case) is stepped and committed without the per-hit results table; a
+-- lone fixed window (the commonest) in one step without any table or closure.
 
 -- Check everything first: an error after a commit would leave the call half applied.
 local argc = #ARGV
@@ -69,7 +70,10 @@ local i = 1 -- the next limit (and key)
 local results = {}
 for h = 1, nhits do
   local cost, k = hit_cost[h], hit_limits[h]
-  if k == 1 then
+  if k == 1 and fns[i] == ALGORITHMS['fixed_window'] then
+    n = FIXED_WINDOW_ALONE(KEYS[i], now, Ls[i], Ps[i], cost, out, n)
+    i = i + 1
+  elseif k == 1 then
     local res = fns[i](KEYS[i], now, Ls[i], Ps[i], bs[i], cost)
     -- A refused hit changes nothing, except where refused hits count (fixed windows).
     if res.commit ~= nil and (res.allowed or counted[i]) then

@@ -36,3 +36,33 @@ ALGORITHMS['fixed_window'] = function(key, now, L, P, b, cost)
   end
   return result(allowed, remaining, start + P - now, 0, cost <= L, commit)
 end
+
+-- The same step and commit in one, for a hit whose only limit is a fixed window (the driver
+-- calls it then: a fixed window commits whether or not it admits, and no other limit of the
+-- hit can share its key). No result table and no closure: it writes the reply's five values
+-- into out at n and returns the new n. Same formulas, same state, same reply.
+FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
+  local now_s = math.floor(now)
+  local start = now_s - now_s % P
+  local stored = redis.call('HMGET', key, 'w', 'c')
+  local count = cost
+  if stored[1] and tonumber(stored[1]) == start then
+    count = tonumber(stored[2]) + cost
+    redis.call('HSET', key, 'c', int(count))
+  else
+    redis.call('HSET', key, 'w', int(start), 'c', int(count))
+    redis.call('PEXPIRE', key, ttl_ms(start + P, now))
+  end
+  if count <= L then
+    out[n + 1] = 1
+    out[n + 2] = L - count
+  else
+    out[n + 1] = 0
+    out[n + 2] = 0
+  end
+  local reset = start + P - now
+  out[n + 3] = reset == 0 and '0' or fmt(reset)
+  out[n + 4] = '0'
+  out[n + 5] = cost <= L and 1 or 0
+  return n + 5
+end
