@@ -18,7 +18,13 @@ from sluice.app import make_backend
 from sluice.backends import Hit
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import connect
-from sluice.backends.redis.scripts import encode_args, encode_command
+from sluice.backends.redis.scripts import (
+    SCRIPT_SOURCE,
+    decode_result,
+    encode_args,
+    encode_command,
+    encode_compact_args,
+)
 from sluice.errors import BackendUnavailableError
 from sluice.settings import Settings
 from tests.support.redis_servers import RedisProcess
@@ -69,7 +75,7 @@ def test_the_command_bytes_are_the_script_arguments() -> None:
     keys = ["k1", "k2", "k3"]
     for now in (None, 1_700_000_000.125):
         payload, nargs = encode_command(keys, hits, now)
-        args = [str(len(keys)), *keys, *encode_args(hits, now)]
+        args = [str(len(keys)), *keys, *encode_compact_args(hits, now)]
         assert nargs == len(args)
         assert payload == b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args)
 
@@ -222,3 +228,33 @@ def test_pipelined_calls_get_their_own_replies(redis_server: str) -> None:
     for k in range(counters):
         seen = sorted(remaining for counter, remaining in results if counter == k)
         assert seen == list(range(100 * (k + 1) - 20, 100 * (k + 1)))
+
+
+def test_both_argument_forms_decide_alike(redis_server: str) -> None:
+    # The compact form (each distinct limit once, hits naming them by index) that both
+    # client paths send, against the per-hit form, on twin keys: the same outcomes.
+    rules = [
+        (WINDOW,),
+        (Limit(3, 10, ALGORITHMS["gcra"], 2), WINDOW),
+        (Limit(4, 10, ALGORITHMS["sliding_window_counter"]),),
+        (WINDOW, Limit(2, 60, ALGORITHMS["token_bucket"], 2)),
+    ]
+    client = redis.Redis.from_url(redis_server)
+    script = client.register_script(SCRIPT_SOURCE)
+    run = uuid.uuid4().hex
+    now = 1_700_000_000.5
+    for step in range(40):
+        hits = [Hit(("f", str(n % 3)), rules[(step + n) % len(rules)], n % 2 + 1) for n in range(5)]
+        results = []
+        for form, encode in (("per-hit", encode_args), ("compact", encode_compact_args)):
+            keys = [
+                f"{run}:{form}:{hit.counter_key[1]}:{limit.algorithm.name}:{limit.period_s}"
+                for hit in hits
+                for limit in hit.limits
+            ]
+            raw = script(keys=keys, args=encode(hits, now + step * 0.7))
+            results.append(decode_result(raw, hits))
+        assert results[0] == results[1]
+    with pytest.raises(redis.ResponseError, match="bad limit index"):
+        script(keys=["k"], args=["1", "#", "1", "fixed_window", "5", "1", "0", "1", "1", "2"])
+    client.close()

@@ -1,7 +1,11 @@
 -- The driver: KEYS = the state key of every limit of every hit, in order.
 -- ARGV[1] = now in seconds as a decimal string, or '' for Redis's own clock (so instances
--- with skewed clocks agree); then per hit: cost, k, and k times (algorithm,
--- requests_per_unit, period_s, burst), which the algorithms call L, P and b.
+-- with skewed clocks agree); then the hits, in one of two forms:
+-- * per hit: cost, k, and k times (algorithm, requests_per_unit, period_s, burst), which
+--   the algorithms call L, P and b;
+-- * compact (ARGV[2] = '#'): ARGV[3] = m, then m limits (algorithm, L, P, b) each once; then
+--   per hit: cost, k, and k indexes (1..m) into those limits. Concurrent requests mostly
+--   share a few limits, so a batch sends (and Redis reads and checks) each limit once.
 -- Returns, per limit of every hit in order: allowed (0/1), remaining, reset_s and delay_s
 -- (strings, '%.17g': Redis would truncate a non-integer Lua number), fits (0/1).
 --
@@ -15,7 +19,39 @@ local argc = #ARGV
 local hit_cost, hit_limits = {}, {} -- per hit
 local fns, Ls, Ps, bs, counted = {}, {}, {}, {}, {} -- per limit, in KEYS order
 local nhits, nlimits = 0, 0
+
+-- One limit's four arguments from ARGV[a], checked; nil and an error reply if bad.
+local function limit_at(a)
+  local name = ARGV[a]
+  local fn = ALGORITHMS[name]
+  local L, P, b = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  if fn == nil then
+    return nil, redis.error_reply('sluice: unknown algorithm ' .. tostring(name))
+  end
+  if L == nil or P == nil or b == nil or L < 0 or P <= 0 or b < 0 then
+    return nil, redis.error_reply('sluice: bad limit at ARGV[' .. a .. ']')
+  end
+  return { fn, L, P, b, COUNTS_REFUSED[name] or false }
+end
+
 local a = 2
+local table_of -- the compact form's limits, else nil
+if ARGV[2] == '#' then
+  local m = tonumber(ARGV[3])
+  if m == nil or m < 0 then
+    return redis.error_reply('sluice: bad limit count at ARGV[3]')
+  end
+  table_of = {}
+  a = 4
+  for j = 1, m do
+    local limit, err = limit_at(a)
+    if limit == nil then
+      return err
+    end
+    table_of[j] = limit
+    a = a + 4
+  end
+end
 while a <= argc do
   local cost, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   if cost == nil or k == nil or cost < 0 or k < 0 then
@@ -25,19 +61,23 @@ while a <= argc do
   nhits = nhits + 1
   hit_cost[nhits], hit_limits[nhits] = cost, k
   for _ = 1, k do
-    local name = ARGV[a]
-    local fn = ALGORITHMS[name]
-    local L, P, b = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    if fn == nil then
-      return redis.error_reply('sluice: unknown algorithm ' .. tostring(name))
-    end
-    if L == nil or P == nil or b == nil or L < 0 or P <= 0 or b < 0 then
-      return redis.error_reply('sluice: bad limit at ARGV[' .. a .. ']')
+    local limit, err
+    if table_of ~= nil then
+      limit = table_of[tonumber(ARGV[a])]
+      if limit == nil then
+        return redis.error_reply('sluice: bad limit index at ARGV[' .. a .. ']')
+      end
+      a = a + 1
+    else
+      limit, err = limit_at(a)
+      if limit == nil then
+        return err
+      end
+      a = a + 4
     end
     nlimits = nlimits + 1
-    fns[nlimits], Ls[nlimits], Ps[nlimits], bs[nlimits] = fn, L, P, b
-    counted[nlimits] = COUNTS_REFUSED[name] or false
-    a = a + 4
+    fns[nlimits], Ls[nlimits], Ps[nlimits], bs[nlimits] = limit[1], limit[2], limit[3], limit[4]
+    counted[nlimits] = limit[5]
   end
 end
 if nlimits ~= #KEYS then
