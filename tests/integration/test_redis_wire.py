@@ -258,3 +258,31 @@ def test_both_argument_forms_decide_alike(redis_server: str) -> None:
     with pytest.raises(redis.ResponseError, match="bad limit index"):
         script(keys=["k"], args=["1", "#", "1", "fixed_window", "5", "1", "0", "1", "1", "2"])
     client.close()
+
+
+def test_a_demoted_master_drops_the_connection(tmp_path: Path) -> None:
+    # What a Sentinel failover does to the old master when it comes back: it becomes a
+    # replica, and writes get READONLY. The call fails (unavailable), the connection is
+    # dropped so that the next call connects again (through Sentinel: to the new master).
+    master = RedisProcess(tmp_path / "master").start()
+    server = RedisProcess(tmp_path / "server").start()
+    admin = server.client()
+    try:
+        backend = lean_backend(server.url)
+        assert backend.lean_connection is not None
+
+        async def scenario() -> None:
+            assert await allowed(backend, "a")
+            admin.replicaof("127.0.0.1", master.port)
+            with pytest.raises(BackendUnavailableError, match="READONLY"):
+                await allowed(backend, "a")
+            admin.replicaof("no", "one")
+            assert await allowed(backend, "b")
+            assert backend.lean_connection.connects == 2
+            await backend.close()
+
+        asyncio.run(scenario())
+    finally:
+        admin.close()
+        server.kill()
+        master.kill()
