@@ -237,12 +237,14 @@ class ScriptConnection:
                 self._conn = None
 
     async def _connected(self) -> _Replies:
-        # One connect at a time; every call arriving meanwhile waits for the same one.
-        if self._connecting is None:
-            self._connecting = asyncio.get_running_loop().create_task(self._connect())
-            # Its failure reaches every caller still waiting; none may be left (all cancelled).
-            self._connecting.add_done_callback(_consume)
+        # One connect at a time; every call arriving meanwhile waits for the same one. A
+        # finished one is stale (its callers gave up before it ended): the caller is here
+        # because there is no usable connection.
         task = self._connecting
+        if task is None or task.done():
+            task = self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            # Its failure reaches every caller still waiting; none may be left (all cancelled).
+            task.add_done_callback(_consume)
         try:
             return await asyncio.shield(task)
         finally:
