@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -62,6 +63,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 SCRIPT_COMMANDS = ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro")
 GO_BINARY = Path("/work/shared/anchors/envoyproxy-ratelimit/ratelimit")
 GO_NAME = "go-redis-fixed_window"  # the reference every row's × Go is taken against
+# The reference doing a 3-descriptor request's work (the `3d` group): the 3-descriptor rows'
+# × Go is taken against it, so like is compared with like.
+GO_3D_NAME = "go-redis-fixed_window-3d"
 # The tail is measured for these (at --tail-fraction of the Go reference's peak).
 TAIL_TARGETS = ("memory-fixed_window-pyvoy", "redis-fixed_window-pyvoy")
 
@@ -76,6 +80,7 @@ class Target:
     flood: bool = False  # every call names the same key, over its limit
     transport: str = "grpcio"  # "grpcio" or "pyvoy" (noop and sluice); "go" for the reference
     descriptors: int | None = None  # per request; None: --descriptors
+    redis_client: str | None = None  # sluice serve --redis-client; None: Sluice's default
 
     @property
     def expected_limit(self) -> int:
@@ -268,6 +273,8 @@ def serving(
     if target.backend == "redis":
         assert redis is not None
         extra_args += ["--backend", "redis", "--redis-url", redis.url]
+    if target.redis_client is not None:
+        extra_args += ["--redis-client", target.redis_client]
     if target.local_cache is not None:
         extra_args.append("--local-cache" if target.local_cache else "--no-local-cache")
     with sluice_serve(
@@ -511,6 +518,19 @@ def noop_for(row: Row, rows: list[Row]) -> Row | None:
     return None
 
 
+def descriptors_of(target: Target) -> int:
+    return target.descriptors if target.descriptors is not None else args_descriptors
+
+
+def go_for(row: Row, rows: list[Row]) -> Row | None:
+    """The Go reference ``row`` is compared with: the one sending as many descriptors per
+    request when it was measured, else the one-descriptor reference."""
+    want = descriptors_of(row.target)
+    measured = [r for r in rows if r.target.kind == "go" and r.peak]
+    same = [r for r in measured if descriptors_of(r.target) == want]
+    return (same or [r for r in measured if r.target.name == GO_NAME] or [None])[0]
+
+
 def table(rows: list[Row], baseline: Row) -> str:
     header = (
         "| target | peak req/s | × Go req/s | × noop req/s | server CPU µs/call | × Go CPU "
@@ -519,8 +539,8 @@ def table(rows: list[Row], baseline: Row) -> str:
         "| Redis cmds/call | Redis scripts/call | Redis reads/call | client CPU µs/call |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    go = next((r for r in rows if r.target.name == GO_NAME and r.peak), None)
     for row in rows:
+        go = go_for(row, rows)
         if row.skipped:
             lines.append(f"| {row.target.name} | skipped: {row.skipped} |" + " |" * 17)
             continue
@@ -645,14 +665,15 @@ def verdicts(rows: list[Row], baseline: Row) -> list[str]:
 
 
 args_fraction = 0.5  # set from --rate-fraction, for the verdict wording
+args_descriptors = 1  # set from --descriptors: what a target without its own count sends
 
 
 def go_verdicts(by_name: dict[str, Row]) -> list[str]:
     """The data-plane issue's goals against the Go reference, judged on the pyvoy rows."""
-    go = by_name.get(GO_NAME)
-    if go is None or go.peak is None or not go.peak.rps:
+    go1 = by_name.get(GO_NAME)
+    if go1 is None or go1.peak is None or not go1.peak.rps:
         return []
-    go_rps = go.peak.rps
+    rows = list(by_name.values())
     out = []
 
     def line(ok: bool, text: str, row: Row) -> None:
@@ -674,22 +695,29 @@ def go_verdicts(by_name: dict[str, Row]) -> list[str]:
         else:
             goals.append((row, 0.7, f"Redis {t.algorithm}"))
     for row, least, what in goals:
-        assert row.peak is not None
-        r = row.peak.rps / go_rps
-        line(r >= least, f"{row.target.name} ({what}) ≥ {least:.1f}× Go req/s: {r:.2f}×", row)
-    if go.redis_cpu_us:
-        for row in by_name.values():
-            t = row.target
-            if t.kind != "sluice" or t.transport != "pyvoy" or t.flood or not row.redis_cpu_us:
-                continue
-            least = 1.0 if t.algorithm == "fixed_window" else 1.5
-            r = row.redis_cpu_us / go.redis_cpu_us
-            line(
-                r <= least,
-                f"{t.name}: Redis CPU per decision ≤ {least:.1f}× Go's: {row.redis_cpu_us:.1f} "
-                f"µs against {go.redis_cpu_us:.1f} ({r:.2f}×)",
-                row,
-            )
+        go = go_for(row, rows) or go1
+        assert row.peak is not None and go.peak is not None
+        r = row.peak.rps / go.peak.rps
+        line(
+            r >= least,
+            f"{row.target.name} ({what}) ≥ {least:.1f}× {go.target.name} req/s: {r:.2f}×",
+            row,
+        )
+    for row in by_name.values():
+        t = row.target
+        if t.kind != "sluice" or t.transport != "pyvoy" or t.flood or not row.redis_cpu_us:
+            continue
+        go = go_for(row, rows) or go1
+        if not go.redis_cpu_us:
+            continue
+        least = 1.0 if t.algorithm == "fixed_window" else 1.5
+        r = row.redis_cpu_us / go.redis_cpu_us
+        line(
+            r <= least,
+            f"{t.name}: Redis CPU per call ≤ {least:.1f}× {go.target.name}'s: "
+            f"{row.redis_cpu_us:.1f} µs against {go.redis_cpu_us:.1f} ({r:.2f}×)",
+            row,
+        )
     for row in by_name.values():
         if (tail := row.tail) is not None:
             line(
@@ -723,13 +751,13 @@ def plan(args: argparse.Namespace) -> tuple[list[Target], list[Row]]:
         no_redis = ""
     targets: list[Target] = []
     skipped: list[Row] = []
+    go_missing = "" if GO_BINARY.exists() else f"{GO_BINARY} not found"
+    go_missing = go_missing or ("redis-server not installed" if "not installed" in no_redis else "")
     for name in names:
         if name == "go":
             go = Target(GO_NAME, "go", "redis", "fixed_window", transport="go")
-            reason = "" if GO_BINARY.exists() else f"{GO_BINARY} not found"
-            reason = reason or ("redis-server not installed" if "not installed" in no_redis else "")
-            if reason:
-                skipped.append(Row(go, skipped=reason))
+            if go_missing:
+                skipped.append(Row(go, skipped=go_missing))
             else:
                 targets.append(go)
         elif name == "noop":
@@ -761,6 +789,13 @@ def plan(args: argparse.Namespace) -> tuple[list[Target], list[Row]]:
                 # Three descriptors per request, on pyvoy (the transport the goals are for).
                 if "pyvoy" not in transports:
                     continue
+                # The Go reference doing the same work: 3 descriptors, 3 counters per call.
+                go3 = Target(GO_3D_NAME, "go", "redis", "fixed_window", transport="go",
+                             descriptors=3)  # fmt: skip
+                if go_missing:
+                    skipped.append(Row(go3, skipped=go_missing))
+                else:
+                    targets.append(go3)
                 targets.append(
                     Target("memory-fixed_window-3d-pyvoy", "sluice", transport="pyvoy",
                            descriptors=3)
@@ -770,6 +805,13 @@ def plan(args: argparse.Namespace) -> tuple[list[Target], list[Row]]:
                            transport="pyvoy", descriptors=3)
                 ]  # fmt: skip
                 flood = []
+            if args.redis_py_too:
+                # The same Redis targets through redis-py's client, for a same-run comparison.
+                redis_targets += [
+                    dataclasses.replace(t, name=f"{t.name}-redispy", redis_client="redis-py")
+                    for t in redis_targets
+                    if t.transport == "pyvoy" and t.algorithm == "fixed_window"
+                ]
             if no_redis:
                 skipped += [Row(t, skipped=no_redis) for t in redis_targets + flood]
                 continue
@@ -800,7 +842,7 @@ def plan(args: argparse.Namespace) -> tuple[list[Target], list[Row]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global args_fraction
+    global args_fraction, args_descriptors
     parser = argparse.ArgumentParser(
         description="Benchmark Sluice against the Go reference and a no-op handler."
     )
@@ -811,6 +853,12 @@ def main(argv: list[str] | None = None) -> int:
         "3d (memory and Redis fixed window, 3 descriptors per request, pyvoy)",
     )
     parser.add_argument("--redis", action="store_true", help="every Redis algorithm, and the flood")
+    parser.add_argument(
+        "--redis-py-too",
+        action="store_true",
+        help="also the pyvoy Redis fixed_window targets with --redis-client redis-py (suffix "
+        "-redispy): the lean client path against redis-py's in one run",
+    )
     parser.add_argument(
         "--transports",
         default="grpcio,pyvoy",
@@ -859,6 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="keep server logs and databases here")
     args = parser.parse_args(argv)
     args_fraction = args.rate_fraction
+    args_descriptors = args.descriptors
     if args.warmup is None:
         args.warmup = min(2.0, args.duration)
     if args.driver == "auto":

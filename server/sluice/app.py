@@ -56,6 +56,7 @@ def make_backend(settings: Settings) -> Backend:
         client,
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
+        lean_client=settings.redis_client == "lean",
     )
     if settings.local_cache:
         backend = OverLimitCache(backend, max_keys=settings.local_cache_max_keys)

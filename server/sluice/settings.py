@@ -35,6 +35,7 @@ TRANSPORTS = ("grpcio", "pyvoy")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 DEFAULT = "default"
+REDIS_CLIENTS = ("lean", "redis-py")
 
 
 def _setting(default: Any, help: str, *, secret: bool = False) -> Any:
@@ -90,6 +91,11 @@ class Settings:
         100, "Redis backend: connect, read and pool-wait timeout of one round trip."
     )
     redis_pool_size: int = _setting(16, "Redis backend: most connections (per node on Cluster).")
+    redis_client: str = _setting(
+        "lean",
+        "Redis backend, standalone and Sentinel: script calls on a lean RESP connection (lean) "
+        "or through redis-py's asyncio client (redis-py, the fallback). Cluster uses redis-py.",
+    )
     redis_failure_mode: str = _setting(
         "error",
         "Redis backend unreachable: error (gRPC UNAVAILABLE, Envoy decides), allow or deny.",
@@ -312,6 +318,11 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
         raise ValueError(
             f"{named('transport')}: unknown transport '{settings.transport}' "
             f"({', '.join(TRANSPORTS)})"
+        )
+    if settings.redis_client not in REDIS_CLIENTS:
+        raise ValueError(
+            f"{flag_name('redis_client')}: '{settings.redis_client}' is not one of "
+            f"{', '.join(REDIS_CLIENTS)}"
         )
     if settings.redis_failure_mode not in FAILURE_MODES:
         raise ValueError(

@@ -39,6 +39,9 @@ SCHEDULES = {
 # The script of instances from before gcra and leaky_bucket counted cells (its gcra and
 # leaky_bucket only), to play an old instance in a rolling upgrade.
 OLD_SCRIPT_SOURCE = (Path(__file__).parent / "lua" / "apply_before_cells.lua").read_text()
+# The script of instances from before the lean driver and fixed window (whose fixed windows
+# set the expiry on every hit), to play an old instance in a rolling upgrade.
+OLD_FIXED_WINDOW_SOURCE = (Path(__file__).parent / "lua" / "apply_before_lean.lua").read_text()
 
 
 class Harness:
@@ -364,3 +367,41 @@ def test_a_rolling_upgrade_never_over_admits(harness: Harness, algorithm: str) -
         admitted += outcome.allowed
     check_saturated_rate(limit, admitted, 2999 * gap)
     harness.run(harness.client.delete(key))
+
+
+def test_fixed_window_sets_the_expiry_once_per_window(harness: Harness) -> None:
+    # Later hits in a window would set the same expiry again (the window's end), so the
+    # script leaves it alone: two commands per hit (HMGET, HSET) instead of three.
+    key = f"{{e}}:{uuid.uuid4().hex}"
+    hit = Hit(("e",), (Limit(5, 60, ALGORITHMS["fixed_window"]),), 1)
+    harness.run(harness.script([key], [hit], 120.5))
+    assert 0 < harness.run(harness.client.pttl(key)) <= 61_000
+    harness.run(harness.client.persist(key))  # to see whether the next hit sets one
+    ((outcome,),) = harness.run(harness.script([key], [hit], 150.0))
+    assert outcome == Outcome(True, 3, 30.0)
+    assert harness.run(harness.client.pttl(key)) == -1
+    ((outcome,),) = harness.run(harness.script([key], [hit], 180.25))  # the next window
+    assert outcome == Outcome(True, 4, 59.75)
+    assert 0 < harness.run(harness.client.pttl(key)) <= 61_000
+
+
+def test_fixed_window_state_is_shared_with_the_previous_script(harness: Harness) -> None:
+    """A rolling upgrade: instances of the previous version (which set the expiry on every
+    hit) and of this one count in the same hash, alternating, and never over-admit."""
+    assert OLD_FIXED_WINDOW_SOURCE != SCRIPT_SOURCE
+    old = harness.client.register_script(OLD_FIXED_WINDOW_SOURCE)
+    limit = Limit(10, 60, ALGORITHMS["fixed_window"])
+    key = f"{{fw-roll}}:{uuid.uuid4().hex}"
+    hits = [Hit(("r",), (limit,), 1)]
+    allowed = []
+    for i in range(14):
+        t = 1_764_000_000.5 + i  # one window: [1_763_999_980, +60)
+        if i % 2:
+            raw = harness.run(old(keys=[key], args=encode_args(hits, t)))
+            ((outcome,),) = decode_result(raw, hits)
+        else:
+            ((outcome,),) = harness.run(harness.script([key], hits, t))
+        allowed.append(outcome.allowed)
+        assert harness.run(harness.client.pttl(key)) > 0
+    assert allowed == [True] * 10 + [False] * 4
+    assert harness.run(harness.client.hget(key, "c")) == b"14"

@@ -10,9 +10,11 @@ and never show the password in the log.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from sluice.algorithms import ALGORITHMS, Limit
+from sluice.backends import Hit
+from sluice.backends.redis.backend import RedisBackend
+from sluice.backends.redis.connect import RedisTls, connect
+from sluice.errors import BackendUnavailableError
 from tests.support.certs import Pki, make_pki
 from tests.support.processes import SluiceProcess, free_port, sluice_serve, wait_until
 
@@ -184,3 +191,26 @@ def test_the_acl_user_cannot_leave_its_prefix_or_run_admin_commands(tls_redis: T
     with pytest.raises(redis.exceptions.ConnectionError):
         with tls_redis.client("sluice", PASSWORD, with_cert=False) as client:
             client.ping()
+
+
+def test_the_lean_client_path_speaks_tls_and_authenticates(tls_redis: TlsRedis) -> None:
+    # `sluice serve` above decides through the backend's lean path (wire.ScriptConnection);
+    # this pins that it is the lean path, with the TLS files and the ACL user of the URL.
+    pki = tls_redis.pki
+    url = f"rediss://sluice:{PASSWORD}@127.0.0.1:{tls_redis.port}/0"
+    hit = Hit(("tls", "lean"), (Limit(2, 3600, ALGORITHMS["gcra"], 2),), 1)
+
+    async def decide(tls: RedisTls) -> list[bool]:
+        backend = RedisBackend(connect(url, timeout_s=2, tls=tls), key_prefix="sluice:lean:")
+        assert backend.lean_connection is not None
+        try:
+            return [(await backend.apply([hit], time.time()))[0][0].allowed for _ in range(3)]
+        finally:
+            await backend.close()
+
+    with_cert = RedisTls(str(pki.ca), str(pki.client_cert), str(pki.client_key))
+    assert asyncio.run(decide(with_cert)) == [True, True, False]
+    with pytest.raises(BackendUnavailableError, match="ConnectionError"):
+        asyncio.run(decide(RedisTls(str(pki.ca))))
+    with tls_redis.admin() as admin:
+        admin.flushall()

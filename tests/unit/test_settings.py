@@ -53,6 +53,11 @@ def test_boolean_flags_have_a_negative_form() -> None:
             {"SLUICE_REDIS_FAILURE_MODE": "maybe"},
             "--redis-failure-mode: 'maybe' is not one of allow, deny, error",
         ),
+        (
+            ("--redis-client", "hiredis"),
+            {},
+            "--redis-client: 'hiredis' is not one of lean, redis-py",
+        ),
         (("--redis-key-prefix", "a{b}:"), {}, "--redis-key-prefix: may not contain '{' or '}'"),
         (("--redis-pool-size", "0"), {}, "--redis-pool-size: must be at least 1"),
         (("--workers", "0"), {}, "--workers: '0' is not auto or a number >= 1"),

@@ -11,6 +11,11 @@ slot, issued concurrently (redis-py cannot put scripts in a cluster pipeline). E
 request's outcomes are routed back to its caller; a failed call fails only the requests it
 carried.
 
+The client path: standalone and Sentinel calls go through ``wire.ScriptConnection`` (EVALSHA
+bytes written directly on one pipelined connection, hiredis parsing the replies), built from
+the redis-py client's own settings; Cluster calls, and any deployment the lean path cannot
+serve (``lean_client=False``, a Unix socket), go through redis-py.
+
 Time: by default the script reads Redis's clock (``server_time``), so several Sluice
 instances with skewed clocks agree on window boundaries; otherwise a batch uses the latest
 ``now`` its requests brought (they are concurrent, so any of them is as right as another).
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -43,7 +49,8 @@ from sluice.algorithms import Outcome
 from sluice.backends import Hit
 from sluice.backends.redis.breaker import CLOSED, CircuitBreaker
 from sluice.backends.redis.keys import KeyNamer
-from sluice.backends.redis.scripts import ApplyScript
+from sluice.backends.redis.scripts import SCRIPT_SOURCE, ApplyScript, LeanApplyScript
+from sluice.backends.redis.wire import ScriptConnection
 from sluice.errors import BackendUnavailableError
 
 __all__ = ["RedisBackend"]
@@ -83,13 +90,24 @@ class RedisBackend:
         max_concurrent_calls: int = 16,
         breaker: CircuitBreaker | None = None,
         answer_timeout_s: float | None = None,
+        lean_client: bool = True,
     ) -> None:
+        """``lean_client``: standalone and Sentinel script calls on ``wire.ScriptConnection``
+        rather than through ``client`` (which still serves Cluster and Sentinel discovery)."""
         if max_in_flight < 1 or max_batch_hits < 1 or max_concurrent_calls < 1:
             raise ValueError("max_in_flight, max_batch_hits and max_concurrent_calls must be >= 1")
         self._client = client
-        self._script = ApplyScript(client)
         self._names = KeyNamer(key_prefix)
         self._cluster = isinstance(client, RedisCluster)
+        lean = (
+            ScriptConnection.from_client(client, SCRIPT_SOURCE)
+            if lean_client and not self._cluster
+            else None
+        )
+        self.lean_connection = lean
+        self._script: ApplyScript | LeanApplyScript = (
+            LeanApplyScript(lean) if lean is not None else ApplyScript(client)
+        )
         self._server_time = server_time
         self._max_in_flight = max_in_flight
         self._max_batch_hits = max_batch_hits
@@ -106,6 +124,9 @@ class RedisBackend:
         self._flush_scheduled = False
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        # Callers still waiting, oldest first, with the time their answer is due.
+        self._deadlines: deque[tuple[float, asyncio.Future[_Outcomes]]] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
         # Counters for metrics and tests.
         self.round_trips = 0
         self.script_calls = 0
@@ -129,15 +150,29 @@ class RedisBackend:
         if not self._flush_scheduled and self._in_flight < self._max_in_flight:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        if self._answer_timeout_s is None:
-            return await future
-        # The call carrying this request goes on (its result, if any, is dropped): only the
-        # wait ends. A timer per request, as cheap as it gets: no task, no extra future.
-        timer = loop.call_later(self._answer_timeout_s, self._expire, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        if self._answer_timeout_s is not None:
+            # The call carrying this request goes on (its result, if any, is dropped): only
+            # the wait ends. Deadlines come in order (one budget, a monotonic clock), so one
+            # timer for the oldest serves them all: a timer per request cost more than the
+            # lean client path itself (heap pushes, and cancelled timers to pop).
+            deadline = loop.time() + self._answer_timeout_s
+            self._deadlines.append((deadline, future))
+            if self._watchdog is None:
+                self._watchdog = loop.call_at(deadline, self._expire_due)
+        return await future
+
+    def _expire_due(self) -> None:
+        """Answer "unavailable" to every caller past its deadline; wait for the next one."""
+        self._watchdog = None
+        loop = asyncio.get_running_loop()
+        now, deadlines = loop.time(), self._deadlines
+        while deadlines:
+            deadline, future = deadlines[0]
+            if not future.done() and deadline > now:
+                self._watchdog = loop.call_at(deadline, self._expire_due)
+                return
+            deadlines.popleft()
+            self._expire(future)
 
     def _expire(self, future: asyncio.Future[list[tuple[Outcome, ...]]]) -> None:
         if not future.done():
@@ -165,8 +200,13 @@ class RedisBackend:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         self._fail(self._pending, BackendUnavailableError("Redis backend closed"))
         self._pending = []
+        if self.lean_connection is not None:
+            await self.lean_connection.aclose()
         await self._client.aclose()
 
     def _flush(self) -> None:

@@ -10,20 +10,39 @@ Calling convention (one call = one atomic decision for a batch of hits):
 * KEYS: the state key of every limit of every hit, in order (hit by hit, limit by limit).
   The caller names them; on Redis Cluster they must all share one hash slot.
 * ARGV: ``now`` (seconds, ``repr`` of a float) or ``""`` to use Redis's clock; then per hit
-  ``cost, k`` and ``k`` times ``algorithm, requests_per_unit, period_s, burst``.
+  ``cost, k`` and ``k`` times ``algorithm, requests_per_unit, period_s, burst``
+  (``encode_args``); or, the compact form both callers send, ``"#", m``, the ``m`` distinct
+  limits' four values, then per hit ``cost, k`` and ``k`` indexes into them
+  (``encode_compact_args``, ``encode_command``).
 * Reply: five values per limit, in KEYS order: allowed, remaining, reset_s, delay_s, fits.
+
+Two ways to call it: ``ApplyScript`` through redis-py (Cluster, and anything the lean path
+cannot serve), ``LeanApplyScript`` through ``wire.ScriptConnection`` (standalone and
+Sentinel), whose RESP bytes ``encode_command`` builds from chunks computed once per limit
+and per cost: the same arguments, byte for byte, as ``encode_args``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sluice.algorithms import ALGORITHMS, Outcome
+from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.backends import Hit
+from sluice.backends.redis.wire import ScriptConnection, bulk
 
-__all__ = ["SCRIPT_SOURCE", "ApplyScript", "decode_result", "encode_args", "key_count"]
+__all__ = [
+    "SCRIPT_SOURCE",
+    "ApplyScript",
+    "LeanApplyScript",
+    "decode_result",
+    "encode_args",
+    "encode_compact_args",
+    "encode_command",
+    "key_count",
+]
 
 _LUA_DIR = Path(__file__).with_name("lua")
 _PARTS = ("prelude", *ALGORITHMS, "apply")
@@ -79,6 +98,96 @@ def decode_result(raw: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[Outcome
     return outcomes
 
 
+@lru_cache(maxsize=4096)
+def _limit_chunk(algorithm: str, requests_per_unit: int, period_s: int, burst: int) -> bytes:
+    return b"".join(
+        bulk(part.encode())
+        for part in (algorithm, str(requests_per_unit), str(period_s), str(burst))
+    )
+
+
+def _limit_args(limit: Limit) -> bytes:
+    """A limit's four arguments in RESP (cached: limits come from a compiled snapshot)."""
+    return _limit_chunk(
+        limit.algorithm.name, int(limit.requests_per_unit), int(limit.period_s), int(limit.burst)
+    )
+
+
+@lru_cache(maxsize=1024)
+def _hit_header(cost: int, limits: int) -> bytes:
+    return bulk(str(cost).encode()) + bulk(str(limits).encode())
+
+
+@lru_cache(maxsize=1024)
+def _index(n: int) -> bytes:
+    return bulk(str(n).encode())
+
+
+def encode_command(
+    keys: Sequence[str], hits: Sequence[Hit], now: float | None
+) -> tuple[bytes, int]:
+    """numkeys, KEYS and ARGV (the compact form) of the call for ``hits`` as RESP bulk
+    strings, and how many there are: what ``wire.ScriptConnection.call`` sends after
+    ``EVALSHA sha``."""
+    table: dict[bytes, bytes] = {}  # a limit's RESP arguments -> its index, in RESP
+    hit_parts = []
+    for hit in hits:
+        limits = hit.limits
+        hit_parts.append(_hit_header(int(hit.cost), len(limits)))
+        for limit in limits:
+            chunk = _limit_args(limit)
+            index = table.get(chunk)
+            if index is None:
+                index = table[chunk] = _index(len(table) + 1)
+            hit_parts.append(index)
+    parts = [bulk(str(len(keys)).encode())]
+    parts += [bulk(key.encode()) for key in keys]
+    parts.append(b"$0\r\n\r\n" if now is None else bulk(repr(float(now)).encode()))
+    parts += [b"$1\r\n#\r\n", _index(len(table)), *table]
+    parts += hit_parts
+    nargs = len(keys) + 4 + 4 * len(table) + 2 * len(hits) + len(keys)
+    return b"".join(parts), nargs
+
+
+def encode_compact_args(hits: Sequence[Hit], now: float | None) -> list[str]:
+    """ARGV for ``hits`` in the compact form (each distinct limit once): what
+    ``encode_command`` sends, as strings for redis-py."""
+    table: dict[tuple[str, str, str, str], int] = {}
+    per_hit: list[str] = []
+    for hit in hits:
+        per_hit += [str(int(hit.cost)), str(len(hit.limits))]
+        for limit in hit.limits:
+            spec = (
+                limit.algorithm.name,
+                str(int(limit.requests_per_unit)),
+                str(int(limit.period_s)),
+                str(int(limit.burst)),
+            )
+            per_hit.append(str(table.setdefault(spec, len(table) + 1)))
+    args = ["" if now is None else repr(float(now)), "#", str(len(table))]
+    for spec in table:
+        args += spec
+    return args + per_hit
+
+
+class LeanApplyScript:
+    """The script over a ``wire.ScriptConnection``: what ``ApplyScript`` does, without
+    redis-py on the way."""
+
+    def __init__(self, connection: ScriptConnection) -> None:
+        self.connection = connection
+
+    async def __call__(
+        self, keys: Sequence[str], hits: Sequence[Hit], now: float | None = None
+    ) -> list[tuple[Outcome, ...]]:
+        """Apply ``hits`` atomically."""
+        if len(keys) != key_count(hits):
+            raise ValueError(f"{len(keys)} keys for {key_count(hits)} limits")
+        payload, nargs = encode_command(keys, hits, now)
+        raw = await self.connection.call(payload, nargs)
+        return decode_result(raw, hits)
+
+
 class ApplyScript:
     """The script registered with a ``redis.asyncio`` client (EVALSHA, NOSCRIPT fallback)."""
 
@@ -91,5 +200,5 @@ class ApplyScript:
         """Apply ``hits`` atomically."""
         if len(keys) != key_count(hits):
             raise ValueError(f"{len(keys)} keys for {key_count(hits)} limits")
-        raw = await self._script(keys=list(keys), args=encode_args(hits, now))
+        raw = await self._script(keys=list(keys), args=encode_compact_args(hits, now))
         return decode_result(raw, hits)

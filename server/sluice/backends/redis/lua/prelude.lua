@@ -11,6 +11,8 @@ local ALGORITHMS = {}
 -- name -> true for the algorithms whose refused hits change state too (the Python trait
 -- Algorithm.counts_refused); each algorithm's own file says so.
 local COUNTS_REFUSED = {}
+-- fixed_window.lua's step-and-commit for a hit with that one limit (see there).
+local FIXED_WINDOW_ALONE
 
 local EPS = 2.220446049250313e-16 -- 2^-52, as in sluice.algorithms._exact
 local MAX_NUDGES = 200
