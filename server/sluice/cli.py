@@ -230,6 +230,14 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     limit = settings.max_sliding_log_limit
     policies = load_path(args.config, max_log_limit=limit) if args.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
+    if workers > 1:
+        # The import and the upgrade happen here, once, before any worker starts (with
+        # either transport: a pyvoy worker is a launcher and its Envoy).
+        with PolicyStore(settings.database_url) as store:
+            _prepare_store(store, args, policies, limit)
+        from sluice.workers import Supervisor
+
+        return Supervisor(settings, workers).run()
     if settings.transport == "pyvoy":
         # Envoy serves the gRPC port; Sluice runs inside it (sluice/pyvoy_launcher.py).
         from sluice.pyvoy_launcher import serve
@@ -237,13 +245,6 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         with PolicyStore(settings.database_url) as store:
             _prepare_store(store, args, policies, limit)
         return asyncio.run(serve(settings))
-    if workers > 1:
-        # The import and the upgrade happen here, once, before any worker starts.
-        with PolicyStore(settings.database_url) as store:
-            _prepare_store(store, args, policies, limit)
-        from sluice.workers import Supervisor
-
-        return Supervisor(settings, workers).run()
 
     from sluice.app import Sluice  # the server stack is only imported when serving
 
