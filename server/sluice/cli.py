@@ -13,12 +13,13 @@ import getpass
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 
 from sluice import __version__
-from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
+from sluice.errors import ConfigDatabaseError
+from sluice.exit_codes import run_reporting_errors
 from sluice.model import DomainPolicy
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
@@ -51,22 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return run_reporting_errors(lambda: args.handler(args, settings))
-
-
-def run_reporting_errors(command: Callable[[], int]) -> int:
-    """Run ``command``; Sluice's errors become a message on stderr and their exit code."""
-    try:
-        return command()
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return 1
-    except ConfigDatabaseError as exc:
-        print(f"sluice: config database: {exc}", file=sys.stderr)
-        return 3
-    except SluiceError as exc:
-        print(f"sluice: {exc}", file=sys.stderr)
-        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

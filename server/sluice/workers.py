@@ -292,7 +292,7 @@ def _who(worker: _Worker) -> tuple[int, int]:
 
 def worker_main(argv: list[str]) -> int:
     """One worker: settings from stdin, serve until SIGTERM like ``sluice serve`` does."""
-    from sluice.cli import run_reporting_errors
+    from sluice.exit_codes import run_reporting_errors
 
     index, ready_fd = int(argv[0]), int(argv[1])
     settings = Settings(**json.loads(sys.stdin.buffer.read()))
