@@ -31,7 +31,7 @@ import socket
 from grpc_health.v1 import health_pb2
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
-from sluice.app import Sluice
+from sluice.app import Sluice, freeze_startup_heap
 from sluice.edge import GrpcApp, GrpcError, Status
 from sluice.edge.asgi import UNARY_UNARY, Context
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
@@ -133,6 +133,7 @@ class Embedded:
         # Not serving yet: Envoy starts its listener after this startup; the launcher says
         # "serving" once the listener accepts, so health never runs ahead of the port.
         await self.sluice.start(serving=False)
+        freeze_startup_heap()
         sock = socket.socket(fileno=int(fd))
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         writer.write(b"ready %d\n" % self.sluice.http_port)
