@@ -112,6 +112,14 @@ def ready_workers(server: SluiceProcess) -> set[int]:
     return {pid for pid in alive if f"ready (pid {pid})" in log}
 
 
+def metrics_dir_of(pid: int) -> str:
+    """The PROMETHEUS_MULTIPROC_DIR in a process's environment."""
+    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR="):
+            return entry.split(b"=", 1)[1].decode()
+    raise AssertionError(f"no PROMETHEUS_MULTIPROC_DIR in process {pid}'s environment")
+
+
 def serving_pid(worker: int, transport: str) -> int:
     """The process holding a worker's sockets: the worker, or (pyvoy) its Envoy."""
     if transport == "grpcio":
@@ -278,6 +286,8 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
     server = two_workers
     before = serving(server, transport)
     victim, survivor = sorted(before)
+    metrics_dir = Path(metrics_dir_of(victim))
+    assert {p.name for p in metrics_dir.glob(f"gauge_live*_{victim}.db")}  # what it wrote
     # grpcio: the worker itself; pyvoy: its Envoy (the launcher then ends, and is replaced).
     os.kill(victim, signal.SIGKILL)
     how = "was killed by SIGKILL" if transport == "grpcio" else "exited 1"
@@ -288,6 +298,10 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
         10,
         "the supervisor to see the killed worker end",
     )
+
+    # Its live gauges no longer count in /metrics (dropped by the supervisor, or under pyvoy
+    # by the launcher, since the pid that wrote them is Envoy's).
+    assert not list(metrics_dir.glob(f"gauge_live*_{victim}.db"))
 
     # Answered while the supervisor replaces it: new connections go to the listening sockets
     # that remain.
@@ -371,12 +385,7 @@ def test_sigterm_drains_every_worker_and_the_supervisor_exits_0(
     with sluice_serve(tmp_path, config=policy, extra_args=args) as server:
         wait_until(lambda: len(ready_workers(server)) == 2, 60, "two workers ready")
         workers = set(serving(server, transport))
-        metrics_dirs = {
-            entry.split(b"=", 1)[1].decode()
-            for pid in workers
-            for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR=")
-        }
+        metrics_dirs = {metrics_dir_of(pid) for pid in workers}
         assert len(metrics_dirs) == 1 and Path(next(iter(metrics_dirs))).is_dir()
 
         async def scenario() -> tuple[list[object], list[object]]:
