@@ -506,3 +506,29 @@ def test_workers_that_cannot_start_stop_the_supervisor_with_their_exit_code(
     assert result.returncode == 3, result.stderr
     assert "before serving: stopping" in result.stderr
     assert "sluice: config database:" in result.stderr
+
+
+def test_a_single_pyvoy_server_does_not_share_its_port(tmp_path: Path) -> None:
+    # Envoy sets SO_REUSEPORT by default on Linux; with one worker Sluice turns it off, so a
+    # second server on the same port fails instead of taking half of the connections.
+    with sluice_serve(tmp_path, extra_args=["--transport", "pyvoy"]) as server:
+        second = run_sluice(
+            [
+                "serve",
+                "--transport",
+                "pyvoy",
+                "--host",
+                "127.0.0.1",
+                "--grpc-port",
+                str(server.grpc_port),
+                "--http-port",
+                "0",
+                "--database-url",
+                f"sqlite:///{tmp_path / 'second.db'}",
+            ],  # fmt: skip
+            cwd=tmp_path,
+        )
+        envoy = serving_pid(server.process.pid, "pyvoy")
+        assert listening_pids(server.grpc_port, {envoy}) == {envoy}
+    assert second.returncode == 1
+    assert f"cannot bind '127.0.0.1:{server.grpc_port}': Address already in use" in second.stderr
