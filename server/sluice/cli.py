@@ -14,12 +14,13 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 
 from sluice import __version__, upstream_env
-from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
+from sluice.errors import ConfigDatabaseError
+from sluice.exit_codes import run_reporting_errors
 from sluice.logs import configure as configure_logging
 from sluice.model import DomainPolicy
 from sluice.policies.service import PolicyService
@@ -54,22 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unhonoured is not None:
             log.warning("%s", unhonoured)
     return run_reporting_errors(lambda: args.handler(args, settings))
-
-
-def run_reporting_errors(command: Callable[[], int]) -> int:
-    """Run ``command``; Sluice's errors become a message on stderr and their exit code."""
-    try:
-        return command()
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return 1
-    except ConfigDatabaseError as exc:
-        print(f"sluice: config database: {exc}", file=sys.stderr)
-        return 3
-    except SluiceError as exc:
-        print(f"sluice: {exc}", file=sys.stderr)
-        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -240,6 +225,14 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     limit = settings.max_sliding_log_limit
     policies = load_path(settings.config, max_log_limit=limit) if settings.config else None
     log.info("settings: %s", json.dumps(settings.redacted()))
+    if workers > 1:
+        # The import and the upgrade happen here, once, before any worker starts (with
+        # either transport: a pyvoy worker is a launcher and its Envoy).
+        with PolicyStore(settings.database_url) as store:
+            _prepare_store(store, args, settings, policies)
+        from sluice.workers import Supervisor
+
+        return Supervisor(settings, workers).run()
     if settings.transport == "pyvoy":
         # Envoy serves the gRPC port; Sluice runs inside it (sluice/pyvoy_launcher.py).
         from sluice.pyvoy_launcher import serve
@@ -247,13 +240,6 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         with PolicyStore(settings.database_url) as store:
             _prepare_store(store, args, settings, policies)
         return asyncio.run(serve(settings))
-    if workers > 1:
-        # The import and the upgrade happen here, once, before any worker starts.
-        with PolicyStore(settings.database_url) as store:
-            _prepare_store(store, args, settings, policies)
-        from sluice.workers import Supervisor
-
-        return Supervisor(settings, workers).run()
 
     from sluice.app import Sluice  # the server stack is only imported when serving
 

@@ -14,6 +14,10 @@ SERVING then), and ``drain`` on SIGTERM, and the app drains as grpc.aio does
 (health NOT_SERVING, new calls UNAVAILABLE, calls in flight finish within the grace period,
 usage flushed) and answers ``stopped``; the launcher then ends Envoy. If the launcher goes
 away (the socket reads end-of-file), the app drains and ends Envoy itself.
+
+Under ``sluice serve --workers N`` (N > 1) each worker's launcher runs one Envoy with this
+app; the supervisor's ``PROMETHEUS_MULTIPROC_DIR`` reaches it through the environment, and
+its metrics are added up there with the other workers' (sluice/metrics.py).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import sys
 from grpc_health.v1 import health_pb2
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
-from sluice.app import Sluice
+from sluice.app import Sluice, freeze_startup_heap
 from sluice.edge import GrpcApp
 from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
@@ -48,6 +52,7 @@ __all__ = ["CONTROL_FD_VARIABLE", "EdgeFront", "add_rate_limit_service", "app", 
 log = logging.getLogger("sluice")
 
 CONTROL_FD_VARIABLE = "SLUICE_EDGE_CONTROL_FD"
+WORKER_VARIABLE = "SLUICE_EDGE_WORKER"  # set by the launcher of one of --workers N
 RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 RLS_PATH = f"/{RLS_NAME}/ShouldRateLimit"
 # grpc.aio's names, and the service's own full name (what Envoy's gRPC health checks name).
@@ -85,7 +90,14 @@ class Embedded:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.health = HealthService(HEALTH_NAMES)
-        self.sluice = Sluice(settings, grpc_front=EdgeFront(self.health, settings.grpc_port))
+        self.sluice = Sluice(
+            settings,
+            grpc_front=EdgeFront(self.health, settings.grpc_port),
+            # One of --workers N: metrics added up with the other workers'.
+            metrics_dir=os.environ["PROMETHEUS_MULTIPROC_DIR"]
+            if settings.worker_count > 1
+            else None,
+        )
         self.app = GrpcApp(
             max_receive_message_bytes=MAX_RECEIVE_MESSAGE_BYTES,
             on_startup=[self.startup],
@@ -112,6 +124,7 @@ class Embedded:
         # Not serving yet: Envoy starts its listener after this startup; the launcher says
         # "serving" once the listener accepts, so health never runs ahead of the port.
         await self.sluice.start(serving=False)
+        freeze_startup_heap()
         sock = socket.socket(fileno=int(fd))
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         writer.write(b"ready %d\n" % self.sluice.http_port)
@@ -182,10 +195,14 @@ def _save_coverage() -> None:
 
 def build() -> GrpcApp:
     settings = from_arguments(None)
+    worker = os.environ.get(WORKER_VARIABLE)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.basicConfig(
         level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        # As the launcher's own lines under --workers (sluice/workers.py).
+        format="%(asctime)s %(levelname)s "
+        + (f"worker {worker} " if worker else "")
+        + "%(name)s: %(message)s",
     )
     return Embedded(settings).app
 

@@ -22,6 +22,10 @@ filter as the terminal HTTP filter) with these deliberate changes for gRPC:
   to read the port Envoy bound (for --grpc-port 0).
 - No ``server: envoy`` header added to responses.
 - At most 10,000 downstream connections (Envoy's overload manager; unlimited by default).
+- ``SO_REUSEPORT`` on the listener only under ``--workers N`` (N > 1), where N Envoys share
+  the gRPC port and the kernel spreads connections across them (sluice/workers.py); with
+  one, off (Envoy turns it on by default on Linux), so a second server started on a port
+  this one holds fails to bind instead of silently taking half of its connections.
 - With ``--tls-cert-file``/``--tls-key-file``: TLS 1.2+ on the listener, ALPN h2 (no HTTP/3
   listener, which pyvoy's own TLS settings would add); with ``--tls-client-ca-file``, client
   certificates that CA signed are required, so a handshake without one fails before any
@@ -42,6 +46,7 @@ import os
 import signal
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,7 @@ log = logging.getLogger("sluice")
 
 APP = "sluice.pyvoy_app:app"
 CONTROL_FD_VARIABLE = "SLUICE_EDGE_CONTROL_FD"  # as in pyvoy_app (not imported: it is heavy)
+WORKER_VARIABLE = "SLUICE_EDGE_WORKER"  # as in pyvoy_app: the worker index, for its log lines
 START_TIMEOUT_S = 60.0
 KILL_AFTER_S = 10.0
 
@@ -130,6 +136,7 @@ def envoy_config(
         ]
     }
     for listener in config["static_resources"]["listeners"]:
+        listener["enable_reuse_port"] = settings.worker_count > 1
         for chain in listener["filter_chains"]:
             if tls is not None:
                 chain["transport_socket"] = tls_transport_socket(tls)
@@ -206,8 +213,15 @@ def _listener_port(admin_socket: Path) -> int:
     raise RuntimeError("Envoy reports no listener")
 
 
-async def serve(settings: Settings) -> int:
-    """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing: 1."""
+async def serve(
+    settings: Settings, *, started: Callable[[], None] | None = None, worker: int | None = None
+) -> int:
+    """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing (or dying): 1.
+
+    ``started`` is called once Envoy's listener accepts and health says SERVING. ``worker``:
+    this is worker ``worker`` of ``--workers N`` (sluice/workers.py), whose metrics are added
+    up in ``PROMETHEUS_MULTIPROC_DIR``: the app in Envoy writes there under Envoy's pid, so
+    once Envoy has ended, however it ended, its live gauges are dropped here."""
     # Read and checked here, so a bad file stops the start naming its flag (as under grpc.aio)
     # before Envoy runs; the app inside Envoy reads them again for the HTTP port.
     tls = ServerTls.from_settings(settings)
@@ -217,6 +231,8 @@ async def serve(settings: Settings) -> int:
         config_path = private / "envoy.json"
         config_path.write_text(json.dumps(envoy_config(settings, admin_socket, tls=tls)))
         env = child_environment(settings, private)
+        if worker is not None:
+            env[WORKER_VARIABLE] = str(worker)
         ours, theirs = socket.socketpair()
         env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
         process = await asyncio.create_subprocess_exec(
@@ -232,65 +248,85 @@ async def serve(settings: Settings) -> int:
             preexec_fn=_die_with_parent,
         )
         theirs.close()
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
-        exited = asyncio.ensure_future(process.wait())
-        ready = asyncio.ensure_future(reader.readline())
-        await asyncio.wait((ready, exited), timeout=START_TIMEOUT_S, return_when="FIRST_COMPLETED")
-        line = ready.result() if ready.done() else b""
-        if not line.startswith(b"ready "):
-            log.error(
-                "Envoy did not start (%s)",
-                f"exit code {process.returncode}" if exited.done() else "no answer",
-            )
-            await _end(process)
-            return 1
-        http_port = int(line.split()[1])
-        grpc_port = settings.grpc_port or await asyncio.to_thread(_listener_port, admin_socket)
-        if not await _accepts(settings.host, grpc_port, exited):
-            log.error("Envoy's listener on %s:%d did not accept", settings.host, grpc_port)
-            await _end(process)
-            return 1
-        writer.write(b"serving\n")
-        await writer.drain()
-        log.info(
-            "gRPC on %s:%d (Envoy, pid %d, through pyvoy), HTTP on %s:%d, %s",
-            settings.host,
-            grpc_port,
-            process.pid,
-            settings.host,
-            http_port,
-            "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS",
-        )
-        for path in private.iterdir():  # read by the app at import: no longer needed
-            if path not in (admin_socket, config_path):
-                path.unlink()
+        try:
+            return await _drive(settings, tls, process, ours, private, started)
+        finally:
+            if worker is not None and process.returncode is not None:
+                _forget_metrics_of(process.pid)
 
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        signalled = asyncio.ensure_future(stop.wait())
-        await asyncio.wait((signalled, exited), return_when="FIRST_COMPLETED")
-        if not signalled.done():
-            log.error("Envoy exited with %s", process.returncode)
-            return 1
-        log.info("signal received: draining for up to %.1fs", settings.shutdown_grace_s)
-        writer.write(b"drain\n")
-        await writer.drain()
-        answer = asyncio.ensure_future(reader.readline())
-        await asyncio.wait(
-            (answer, exited),
-            timeout=settings.shutdown_grace_s + 30,
-            return_when="FIRST_COMPLETED",
+
+async def _drive(
+    settings: Settings,
+    tls: ServerTls | None,
+    process: asyncio.subprocess.Process,
+    ours: socket.socket,
+    private: Path,
+    started: Callable[[], None] | None,
+) -> int:
+    """Take Envoy, just started, through its lifecycle (the module docstring): exit code."""
+    admin_socket = private / "admin.sock"
+    config_path = private / "envoy.json"
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    exited = asyncio.ensure_future(process.wait())
+    ready = asyncio.ensure_future(reader.readline())
+    await asyncio.wait((ready, exited), timeout=START_TIMEOUT_S, return_when="FIRST_COMPLETED")
+    line = ready.result() if ready.done() else b""
+    if not line.startswith(b"ready "):
+        log.error(
+            "Envoy did not start (%s)",
+            f"exit code {process.returncode}" if exited.done() else "no answer",
         )
-        if not (answer.done() and answer.result() == b"stopped\n"):
-            log.warning("the app in Envoy did not confirm its drain")
-        code = await _end(process)
-        if code not in (0, -signal.SIGTERM):
-            log.warning("Envoy exited with %s", code)
-        writer.close()
-        log.info("stopped")
-        return 0
+        await _end(process)
+        return 1
+    http_port = int(line.split()[1])
+    grpc_port = settings.grpc_port or await asyncio.to_thread(_listener_port, admin_socket)
+    if not await _accepts(settings.host, grpc_port, exited):
+        log.error("Envoy's listener on %s:%d did not accept", settings.host, grpc_port)
+        await _end(process)
+        return 1
+    writer.write(b"serving\n")
+    await writer.drain()
+    if started is not None:
+        started()
+    log.info(
+        "gRPC on %s:%d (Envoy, pid %d, through pyvoy), HTTP on %s:%d, %s",
+        settings.host,
+        grpc_port,
+        process.pid,
+        settings.host,
+        http_port,
+        "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS",
+    )
+    for path in private.iterdir():  # read by the app at import: no longer needed
+        if path not in (admin_socket, config_path):
+            path.unlink()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    signalled = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((signalled, exited), return_when="FIRST_COMPLETED")
+    if not signalled.done():
+        log.error("Envoy exited with %s", process.returncode)
+        return 1
+    log.info("signal received: draining for up to %.1fs", settings.shutdown_grace_s)
+    writer.write(b"drain\n")
+    await writer.drain()
+    answer = asyncio.ensure_future(reader.readline())
+    await asyncio.wait(
+        (answer, exited),
+        timeout=settings.shutdown_grace_s + 30,
+        return_when="FIRST_COMPLETED",
+    )
+    if not (answer.done() and answer.result() == b"stopped\n"):
+        log.warning("the app in Envoy did not confirm its drain")
+    code = await _end(process)
+    if code not in (0, -signal.SIGTERM):
+        log.warning("Envoy exited with %s", code)
+    writer.close()
+    log.info("stopped")
+    return 0
 
 
 async def _accepts(host: str, port: int, exited: asyncio.Future[int]) -> bool:
@@ -306,6 +342,16 @@ async def _accepts(host: str, port: int, exited: asyncio.Future[int]) -> bool:
         writer.close()
         return True
     return False
+
+
+def _forget_metrics_of(pid: int) -> None:
+    """Drop the live gauges Envoy's app wrote under ``pid`` (prometheus multiprocess mode), as
+    the supervisor does for a worker process: they would otherwise count forever."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        from prometheus_client.multiprocess import mark_process_dead
+
+        mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
 
 
 async def _end(process: asyncio.subprocess.Process) -> int | None:

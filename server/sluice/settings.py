@@ -155,7 +155,8 @@ class Settings:
     workers: str = _setting(
         "1",
         "Server processes sharing both ports (SO_REUSEPORT), under a supervisor when above 1; "
-        "auto: one per CPU this process may run on. Above 1 needs --backend redis.",
+        "auto: one per CPU this process may run on. Above 1 needs --backend redis; with "
+        "--transport pyvoy, one Envoy per worker.",
     )
     log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR.")
     log_format: str = _setting(

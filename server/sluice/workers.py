@@ -13,6 +13,11 @@ and:
 - on SIGTERM or SIGINT, forwards the signal to every worker, which drains as a single
   server does (``Sluice.run_until_signal``), waits for them and exits 0.
 
+With ``--transport pyvoy`` a worker is the launcher of one Envoy with Sluice inside it
+(sluice/pyvoy_launcher.py), whose listener shares the gRPC port with SO_REUSEPORT as well:
+the launcher exits when its Envoy dies, so the supervisor replaces the pair, and drains it on
+SIGTERM as a single ``--transport pyvoy`` server does.
+
 Workers get their settings on stdin (never in argv or the environment, where secrets would
 show), tell the supervisor they serve by writing to a pipe, and share a private metrics
 directory (``PROMETHEUS_MULTIPROC_DIR``) that the supervisor removes at exit.
@@ -60,11 +65,6 @@ def refusal(settings: Settings) -> str | None:
             f"{flag_name('workers')} {n} needs {flag_name('backend')} redis: with the memory "
             "backend each worker would keep its own counters and limits would not hold; "
             f"use Redis, or {flag_name('workers')} 1"
-        )
-    if settings.transport != "grpcio":
-        return (
-            f"{flag_name('workers')} {n} runs only with {flag_name('transport')} grpcio for now "
-            f"(one {settings.transport} process per core: run several behind a load balancer)"
         )
     for name in ("grpc_port", "http_port"):
         if getattr(settings, name) == 0:
@@ -292,7 +292,7 @@ def _who(worker: _Worker) -> tuple[int, int]:
 
 def worker_main(argv: list[str]) -> int:
     """One worker: settings from stdin, serve until SIGTERM like ``sluice serve`` does."""
-    from sluice.cli import run_reporting_errors
+    from sluice.exit_codes import run_reporting_errors
 
     index, ready_fd = int(argv[0]), int(argv[1])
     settings = Settings(**json.loads(sys.stdin.buffer.read()))
@@ -308,6 +308,13 @@ def worker_main(argv: list[str]) -> int:
         os.close(ready_fd)
 
     def serve() -> int:
+        if settings.transport == "pyvoy":
+            # Envoy (with Sluice inside) serves; this process drives it, as `sluice serve`
+            # does with one worker, and ends with it.
+            from sluice.pyvoy_launcher import serve as serve_with_envoy
+
+            return asyncio.run(serve_with_envoy(settings, started=started, worker=index))
+
         from sluice.app import Sluice
         from sluice.policies.store import PolicyStore
 

@@ -3,6 +3,10 @@
 Real processes throughout. Which worker holds a connection is read from /proc (the
 established socket's inode among a worker's file descriptors), so the tests can show that
 both workers served, and which one answered a scrape.
+
+The tests that serve run with both transports. Under grpcio a worker process serves; under
+pyvoy a worker is a launcher and the Envoy it started (its child) holds the sockets, so the
+tests look at "serving" processes: the workers themselves, or their Envoys.
 """
 
 from __future__ import annotations
@@ -108,6 +112,27 @@ def ready_workers(server: SluiceProcess) -> set[int]:
     return {pid for pid in alive if f"ready (pid {pid})" in log}
 
 
+def metrics_dir_of(pid: int) -> str:
+    """The PROMETHEUS_MULTIPROC_DIR in a process's environment."""
+    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR="):
+            return entry.split(b"=", 1)[1].decode()
+    raise AssertionError(f"no PROMETHEUS_MULTIPROC_DIR in process {pid}'s environment")
+
+
+def serving_pid(worker: int, transport: str) -> int:
+    """The process holding a worker's sockets: the worker, or (pyvoy) its Envoy."""
+    if transport == "grpcio":
+        return worker
+    [envoy] = children(worker)
+    return envoy
+
+
+def serving(server: SluiceProcess, transport: str) -> dict[int, int]:
+    """Ready workers' serving processes: serving pid -> worker pid."""
+    return {serving_pid(worker, transport): worker for worker in ready_workers(server)}
+
+
 # -- servers and calls ------------------------------------------------------------------------
 
 
@@ -130,10 +155,18 @@ def workers_args(redis_url: str, *more: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.fixture(params=["grpcio", "pyvoy"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def two_workers(tmp_path: Path, policy: Path, redis_server: str) -> Iterator[SluiceProcess]:
-    with sluice_serve(tmp_path, config=policy, extra_args=workers_args(redis_server)) as server:
-        wait_until(lambda: len(ready_workers(server)) == 2, 30, "two workers ready")
+def two_workers(
+    tmp_path: Path, policy: Path, redis_server: str, transport: str
+) -> Iterator[SluiceProcess]:
+    args = workers_args(redis_server, "--transport", transport)
+    with sluice_serve(tmp_path, config=policy, extra_args=args) as server:
+        wait_until(lambda: len(ready_workers(server)) == 2, 60, "two workers ready")
         yield server
 
 
@@ -184,11 +217,11 @@ def rule_hits(text: str) -> dict[str, float]:
     }
 
 
-def scrape(server: SluiceProcess, workers: set[int]) -> tuple[int, str]:
-    """GET /metrics on a new connection: which worker answered, and what."""
+def scrape(server: SluiceProcess, workers: set[int], path: str = "/metrics") -> tuple[int, str]:
+    """GET ``path`` on a new connection: which worker answered, and what."""
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=5)
     try:
-        connection.request("GET", "/metrics")
+        connection.request("GET", path)
         response = connection.getresponse()
         body = response.read().decode()
         assert response.status == 200
@@ -209,10 +242,10 @@ def usage_totals(database_url: str) -> tuple[int, int]:
 
 
 def test_two_workers_on_redis_admit_exactly_the_limit_and_both_serve(
-    two_workers: SluiceProcess, tmp_path: Path
+    two_workers: SluiceProcess, tmp_path: Path, transport: str
 ) -> None:
     server = two_workers
-    workers = ready_workers(server)
+    workers = set(serving(server, transport))
     codes, owners = asyncio.run(flood(server, workers, "exact", "k", n_channels=40, n=200))
 
     assert (codes.count(OK), codes.count(OVER_LIMIT)) == (LIMIT, 200 - LIMIT)
@@ -248,28 +281,37 @@ def test_two_workers_on_redis_admit_exactly_the_limit_and_both_serve(
 
 
 def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
-    two_workers: SluiceProcess,
+    two_workers: SluiceProcess, transport: str
 ) -> None:
     server = two_workers
-    before = ready_workers(server)
+    before = serving(server, transport)
     victim, survivor = sorted(before)
+    metrics_dir = Path(metrics_dir_of(victim))
+    assert {p.name for p in metrics_dir.glob(f"gauge_live*_{victim}.db")}  # what it wrote
+    # grpcio: the worker itself; pyvoy: its Envoy (the launcher then ends, and is replaced).
     os.kill(victim, signal.SIGKILL)
+    how = "was killed by SIGKILL" if transport == "grpcio" else "exited 1"
     # Reaped by the supervisor, so every thread is gone and its listening sockets closed (a
     # killed process's main thread is a zombie while its other threads still hold them).
     wait_until(
-        lambda: f"(pid {victim}) was killed by SIGKILL; restarting it" in server.log(),
+        lambda: f"(pid {before[victim]}) {how}; restarting it" in server.log(),
         10,
         "the supervisor to see the killed worker end",
     )
+
+    # Its live gauges no longer count in /metrics (dropped by the supervisor, or under pyvoy
+    # by the launcher, since the pid that wrote them is Envoy's).
+    assert not list(metrics_dir.glob(f"gauge_live*_{victim}.db"))
 
     # Answered while the supervisor replaces it: new connections go to the listening sockets
     # that remain.
     codes, _ = asyncio.run(flood(server, {survivor}, "user", "a", n_channels=10, n=20))
     assert codes == [OK] * 20
 
-    wait_until(lambda: len(ready_workers(server) - before) == 1, 30, "a new worker")
-    [replacement] = ready_workers(server) - before
-    assert ready_workers(server) == {survivor, replacement}
+    wait_until(lambda: len(ready_workers(server) - set(before.values())) == 1, 60, "a new worker")
+    now = serving(server, transport)
+    [replacement] = set(now) - set(before)
+    assert set(now) == {survivor, replacement}
 
     # The replacement serves too (connections are spread by the kernel: a few rounds at most).
     workers = {survivor, replacement}
@@ -281,6 +323,32 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(
         if replacement in served_by:
             break
     assert replacement in served_by
+
+
+def test_a_published_policy_reaches_every_worker(
+    two_workers: SluiceProcess, tmp_path: Path, transport: str
+) -> None:
+    server = two_workers
+    workers = set(serving(server, transport))
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(
+        POLICY + "  - key: published\n    rate_limit: {unit: day, requests_per_unit: 7}\n"
+    )
+    database_url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    result = run_sluice(["import", str(changed), "--database-url", database_url])
+    assert result.returncode == 0, result.stderr
+
+    # Each worker polls the database on its own: ask /rlconfig on new connections (the kernel
+    # picks the worker) until every worker has answered with the published rule.
+    has_it: set[int] = set()
+
+    def every_worker_has_it() -> bool:
+        pid, body = scrape(server, workers, "/rlconfig")
+        if "w.published" in body:
+            has_it.add(pid)
+        return has_it == workers
+
+    wait_until(every_worker_has_it, 30, "the published rule in every worker")
 
 
 def held_at_redis(server: SluiceProcess, workers: set[int], redis_port: int) -> bool:
@@ -305,23 +373,19 @@ def held_at_redis(server: SluiceProcess, workers: set[int], redis_port: int) -> 
 
 
 def test_sigterm_drains_every_worker_and_the_supervisor_exits_0(
-    tmp_path: Path, policy: Path, private_redis: RedisProcess
+    tmp_path: Path, policy: Path, private_redis: RedisProcess, transport: str
 ) -> None:
     grace_s = 8.0
     args = workers_args(
         private_redis.url,
+        "--transport", transport,
         "--redis-timeout-ms", "15000",  # a frozen Redis holds calls, never fails them
         "--shutdown-grace-s", str(grace_s),
     )  # fmt: skip
     with sluice_serve(tmp_path, config=policy, extra_args=args) as server:
-        wait_until(lambda: len(ready_workers(server)) == 2, 30, "two workers ready")
-        workers = ready_workers(server)
-        metrics_dirs = {
-            entry.split(b"=", 1)[1].decode()
-            for pid in workers
-            for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR=")
-        }
+        wait_until(lambda: len(ready_workers(server)) == 2, 60, "two workers ready")
+        workers = set(serving(server, transport))
+        metrics_dirs = {metrics_dir_of(pid) for pid in workers}
         assert len(metrics_dirs) == 1 and Path(next(iter(metrics_dirs))).is_dir()
 
         async def scenario() -> tuple[list[object], list[object]]:
@@ -402,6 +466,11 @@ def test_one_worker_is_the_process_started(tmp_path: Path) -> None:
             "would keep its own counters and limits would not hold; use Redis, or --workers 1",
         ),
         (
+            ["--workers", "2", "--transport", "pyvoy", "--backend", "memory"],
+            "sluice: --workers 2 needs --backend redis: with the memory backend each worker "
+            "would keep its own counters and limits would not hold; use Redis, or --workers 1",
+        ),
+        (
             ["--workers", "2", "--backend", "redis", "--grpc-port", "0"],
             "sluice: --grpc-port 0 (any free port) cannot be shared by --workers 2: "
             "give a port number",
@@ -437,3 +506,29 @@ def test_workers_that_cannot_start_stop_the_supervisor_with_their_exit_code(
     assert result.returncode == 3, result.stderr
     assert "before serving: stopping" in result.stderr
     assert "sluice: config database:" in result.stderr
+
+
+def test_a_single_pyvoy_server_does_not_share_its_port(tmp_path: Path) -> None:
+    # Envoy sets SO_REUSEPORT by default on Linux; with one worker Sluice turns it off, so a
+    # second server on the same port fails instead of taking half of the connections.
+    with sluice_serve(tmp_path, extra_args=["--transport", "pyvoy"]) as server:
+        second = run_sluice(
+            [
+                "serve",
+                "--transport",
+                "pyvoy",
+                "--host",
+                "127.0.0.1",
+                "--grpc-port",
+                str(server.grpc_port),
+                "--http-port",
+                "0",
+                "--database-url",
+                f"sqlite:///{tmp_path / 'second.db'}",
+            ],  # fmt: skip
+            cwd=tmp_path,
+        )
+        envoy = serving_pid(server.process.pid, "pyvoy")
+        assert listening_pids(server.grpc_port, {envoy}) == {envoy}
+    assert second.returncode == 1
+    assert f"cannot bind '127.0.0.1:{server.grpc_port}': Address already in use" in second.stderr

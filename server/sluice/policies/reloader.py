@@ -148,6 +148,8 @@ class SnapshotReloader:
             )
             return False
         self._commit(live, snapshot, source="database")
+        # Off the event loop, as the read and the compile are: the file holds every document.
+        await asyncio.to_thread(self._save, live)
         return True
 
     def _read(self) -> _LiveDocuments | None:
@@ -165,6 +167,8 @@ class SnapshotReloader:
 
     def _take(self, live: _LiveDocuments, *, source: str) -> None:
         self._commit(live, _build_snapshot(live, max_log_limit=self._max_log_limit), source=source)
+        if source == "database":
+            self._save(live)
 
     def _commit(self, live: _LiveDocuments, snapshot: Snapshot, *, source: str) -> None:
         self._install(snapshot)
@@ -173,13 +177,17 @@ class SnapshotReloader:
         self.status.version = snapshot.version
         self.status.source = source
         self.status.loads += 1
-        if source == "database" and self._cache_path is not None:
-            try:
-                _write_cache(self._cache_path, live)
-            except OSError as exc:
-                log.warning("could not write the snapshot cache %s: %s", self._cache_path, exc)
         if changed:
             log.info("serving config %s (from the %s)", snapshot.version or "(empty)", source)
+
+    def _save(self, live: _LiveDocuments) -> None:
+        """Write the database's live documents to the local cache file, if there is one."""
+        if self._cache_path is None:
+            return
+        try:
+            _write_cache(self._cache_path, live)
+        except OSError as exc:
+            log.warning("could not write the snapshot cache %s: %s", self._cache_path, exc)
 
     def _database_up(self) -> None:
         if not self.status.database_up and self.status.down_since is not None:
