@@ -38,11 +38,8 @@ from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
 from sluice.edge.health import HealthService
 from sluice.edge.reflection import add_reflection
-from sluice.grpc.core import (
-    RateLimitCore,
-    decode_request,
-    encode_decision,
-)
+from sluice.grpc.codec import encode_decision
+from sluice.grpc.core import RateLimitCore, decode_request
 from sluice.grpc.server import HEALTH_SERVICE_NAMES
 from sluice.policies.store import PolicyStore
 from sluice.settings import Settings, from_arguments

@@ -166,25 +166,13 @@ def _length_delimited(tag: bytes, payload: bytes) -> bytes:
 
 
 def _current_limit(limit: RateLimit) -> bytes:
-    """Field 2 of a DescriptorStatus, whole; a policy's few limits are encoded once each."""
-    cached = _CURRENT_LIMITS.get(id(limit))
-    if cached is not None and cached[0] is limit:
-        return cached[1]
+    """Field 2 of a DescriptorStatus, whole."""
     current = b"\x08" + _uint32(limit.requests_per_unit) if limit.requests_per_unit else b""
     if limit.unit:
         current += b"\x10" + _SMALL[limit.unit]
     if limit.name:
         current += _length_delimited(b"\x1a", limit.name.encode())
-    encoded = _length_delimited(b"\x12", current)
-    if len(_CURRENT_LIMITS) >= _MAX_CACHED_LIMITS:
-        _CURRENT_LIMITS.clear()  # a client's own limits are new objects per call
-    # The limit itself is kept with its bytes: its id cannot be reused while it is here.
-    _CURRENT_LIMITS[id(limit)] = (limit, encoded)
-    return encoded
-
-
-_CURRENT_LIMITS: dict[int, tuple[RateLimit, bytes]] = {}
-_MAX_CACHED_LIMITS = 4096
+    return _length_delimited(b"\x12", current)
 
 
 def _response(decision: Decision) -> bytes:

@@ -1,7 +1,7 @@
 """ShouldRateLimit without a transport: convert, call the limiter, convert back, and drain.
 
 Both gRPC transports (grpc.aio in grpc/servicer.py, the ASGI edge served by pyvoy in
-sluice/rls_edge.py) answer through ``RateLimitCore.decide``: the same conversion, the same
+sluice/pyvoy_app.py) answer through ``RateLimitCore.decide``: the same conversion, the same
 error mapping (``sluice.errors.status_of``), the same latency metric and the same drain.
 A refusal is raised as ``GrpcError`` (``sluice.edge.status``) carrying a gRPC status and
 message: the ASGI edge answers it as is, and grpc.aio's servicer aborts the call with it.
@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.codec import encode_decision, parse_request
+from sluice.grpc.codec import parse_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 from sluice.model import Code, Decision, RateLimitRequest
@@ -35,7 +35,6 @@ __all__ = [
     "RateLimitCore",
     "UndecodableRequest",
     "decode_request",
-    "encode_decision",
 ]
 
 log = logging.getLogger("sluice.grpc.servicer")  # the logger name the logs have always had
@@ -55,7 +54,7 @@ class UndecodableRequest:
 
 def decode_request(data: bytes) -> RateLimitRequest | UndecodableRequest:
     """The request deserializer to register ShouldRateLimit with: it never raises.
-    (``encode_decision`` is the response serializer.)"""
+    (``sluice.grpc.codec.encode_decision`` is the response serializer.)"""
     try:
         return parse_request(data)
     except DecodeError as exc:

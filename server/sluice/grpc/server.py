@@ -7,8 +7,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
-from sluice.grpc.core import RateLimitCore
-from sluice.grpc.servicer import RateLimitServicer, decode_request, encode_decision
+from sluice.grpc.codec import encode_decision
+from sluice.grpc.core import RateLimitCore, decode_request
+from sluice.grpc.servicer import RateLimitServicer
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 

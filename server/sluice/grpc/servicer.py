@@ -15,17 +15,12 @@ import grpc
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
 from sluice.edge.status import GrpcError
-from sluice.grpc.core import (
-    RateLimitCore,
-    UndecodableRequest,
-    decode_request,
-    encode_decision,
-)
+from sluice.grpc.core import RateLimitCore, UndecodableRequest
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 from sluice.model import Decision, RateLimitRequest
 
-__all__ = ["RateLimitServicer", "UndecodableRequest", "decode_request", "encode_decision"]
+__all__ = ["RateLimitServicer"]
 
 
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):

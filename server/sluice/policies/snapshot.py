@@ -69,6 +69,16 @@ class _Node:
                 self.exact[(child.key, child.value)] = node
         self.has_children = bool(self.exact or self.wildcards or self.key_only)
 
+    def child(self, key: str, value: str) -> _Node | None:
+        """Exact value, else the first wildcard that matches, else key-only."""
+        node = self.exact.get((key, value))
+        if node is not None:
+            return node
+        for pattern, candidate in self.wildcards.get(key, ()):
+            if pattern.matches(value):
+                return candidate
+        return self.key_only.get(key)
+
 
 class Snapshot:
     """Compiled rules of every domain; never mutated after construction."""
@@ -94,19 +104,12 @@ class Snapshot:
         counter_key = [domain]
         last = len(entries) - 1
         for i, (key, value) in enumerate(entries):
-            # Exact value, else the first wildcard that matches, else key-only.
-            child = node.exact.get((key, value))
+            child = node.child(key, value)
             if child is None:
-                for pattern, candidate in node.wildcards.get(key, ()):
-                    if pattern.matches(value):
-                        child = candidate
-                        break
-                else:
-                    child = node.key_only.get(key)
-                    if child is None:
-                        return None
+                return None
             node = child
-            counter_key += (key, node.shared_value or value)
+            shared = node.shared_value
+            counter_key += (key, value if shared is None else shared)
             if i == last:
                 match = node.match
                 if match is None:
