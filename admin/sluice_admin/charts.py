@@ -1,4 +1,9 @@
-"""Altair charts for the pages; every chart has a time axis and a labelled unit."""
+"""Altair charts for the pages; every chart has a time axis and a labelled unit.
+
+Every time axis is 24-hour UTC with seconds (``TIME_FORMAT``): Vega's default picks a format
+per tick span ("08 AM" beside "07:35"), and minutes alone repeat on a five-minute axis whose
+ticks are 30 s apart.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ import altair as alt
 import pandas as pd
 
 from sluice_admin.metrics import Row
-from sluice_admin.whatif import Replay
+from sluice_admin.whatif import Replay, Second
 
-__all__ = ["sparkline", "traffic", "what_if"]
+__all__ = ["TIME_FORMAT", "sparkline", "traffic", "what_if"]
+
+TIME_FORMAT = "%H:%M:%S"
 
 _COLORS = alt.Scale(
     domain=["admitted", "rejected", "rejected (shadow)"],
@@ -21,6 +28,10 @@ _COLORS = alt.Scale(
 
 def _time(bucket_s: int) -> datetime:
     return datetime.fromtimestamp(bucket_s, UTC)
+
+
+def _time_axis() -> alt.X:
+    return alt.X("time:T", title="time (UTC)", axis=alt.Axis(format=TIME_FORMAT, labelAngle=0))
 
 
 def _unit(resolution_s: int) -> str:
@@ -39,15 +50,17 @@ def sparkline(rows: Sequence[Row]) -> alt.Chart:
         alt.Chart(frame)
         .mark_line(strokeWidth=1.5)
         .encode(
-            x=alt.X("time:T", title="time (UTC)", axis=alt.Axis(format="%H:%M", labelAngle=0)),
+            x=_time_axis(),
             y=alt.Y("per second:Q", title="req / s"),
             color=alt.Color(
                 "series:N",
                 scale=alt.Scale(domain=["requests", "rejected"], range=["#30638e", "#d1495b"]),
-                legend=alt.Legend(orient="bottom", title=None),
+                # Beside the plot: Streamlit fits the whole chart, legend included, into its
+                # height, and a legend below took all of it (a plot 0 px high).
+                legend=alt.Legend(orient="right", title=None),
             ),
         )
-        .properties(height=120)
+        .properties(height=180)
     )
 
 
@@ -65,18 +78,34 @@ def traffic(rows: Sequence[Row], resolution_s: int) -> alt.Chart:
         alt.Chart(frame)
         .mark_bar()
         .encode(
-            x=alt.X("time:T", title="time (UTC)"),
+            x=_time_axis(),
             y=alt.Y("requests:Q", stack="zero", title=_unit(resolution_s)),
             color=alt.Color("outcome:N", scale=_COLORS, title=None),
-            tooltip=["time:T", "outcome:N", "requests:Q"],
+            tooltip=[
+                alt.Tooltip("time:T", format=TIME_FORMAT, title="time (UTC)"),
+                "outcome:N",
+                "requests:Q",
+            ],
         )
         .properties(height=260)
     )
 
 
+def _dense(seconds: Sequence[Second]) -> list[Second]:
+    """Every second from the first to one past the last: a second without traffic is a zero
+    (recorded traffic keeps only the seconds that had some), and the closing zero gives the
+    last second its width in a step chart."""
+    if not seconds:
+        return []
+    given = {s.second: s for s in seconds}
+    first, last = seconds[0].second, seconds[-1].second
+    return [given.get(t, Second(t, 0, 0)) for t in range(first, last + 2)]
+
+
 def what_if(proposed: Replay, current: Replay | None, *, relative: bool = False) -> alt.Chart:
     """The proposal's admitted/rejected per second, stacked; the current rule's rejections
-    as a line on top. ``relative``: the x axis is seconds from the start (synthetic traffic)."""
+    as a line on top, both as steps: a second's count holds for that second only.
+    ``relative``: the x axis is seconds from the start (synthetic traffic)."""
     start = proposed.seconds[0].second if proposed.seconds else 0
 
     def x(second: int) -> object:
@@ -85,16 +114,12 @@ def what_if(proposed: Replay, current: Replay | None, *, relative: bool = False)
     frame = pd.DataFrame(
         [
             {"time": x(s.second), "outcome": outcome, "requests": count}
-            for s in proposed.seconds
+            for s in _dense(proposed.seconds)
             for outcome, count in (("admitted", s.admitted), ("rejected", s.rejected))
         ],
         columns=["time", "outcome", "requests"],
     )
-    x_axis = (
-        alt.X("time:Q", title="seconds from start")
-        if relative
-        else alt.X("time:T", title="time (UTC)")
-    )
+    x_axis = alt.X("time:Q", title="seconds from start") if relative else _time_axis()
     layers = (
         alt.Chart(frame)
         .mark_area(interpolate="step-after", opacity=0.8)
@@ -106,12 +131,12 @@ def what_if(proposed: Replay, current: Replay | None, *, relative: bool = False)
     )
     if current is not None:
         now = pd.DataFrame(
-            [{"time": x(s.second), "rejected now": s.rejected} for s in current.seconds],
+            [{"time": x(s.second), "rejected now": s.rejected} for s in _dense(current.seconds)],
             columns=["time", "rejected now"],
         )
         line = (
             alt.Chart(now)
-            .mark_line(color="black", strokeDash=[4, 3], strokeWidth=1.5)
+            .mark_line(color="black", strokeDash=[4, 3], strokeWidth=1.5, interpolate="step-after")
             .encode(x=x_axis, y=alt.Y("rejected now:Q", title="requests / s"))
         )
         layers = alt.layer(layers, line)

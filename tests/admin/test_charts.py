@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice_admin.charts import sparkline, traffic, what_if
+from sluice_admin.charts import TIME_FORMAT, sparkline, traffic, what_if
 from sluice_admin.metrics import Row
 from sluice_admin.whatif import Replay, Second
 
@@ -16,6 +16,13 @@ OUTCOME_COLORS = {
     "range": ["#4c9a2a", "#d1495b", "#edae49"],
 }
 ROWS = [Row(T0, 5, 2, 1, 0, 0), Row(T0 + 60, 3, 0, 0, 4, 1)]
+# One format on every time axis: 24-hour UTC with seconds (never "08 AM" beside "07:35").
+TIME_AXIS = {
+    "field": "time",
+    "type": "temporal",
+    "title": "time (UTC)",
+    "axis": {"format": "%H:%M:%S", "labelAngle": 0},
+}
 
 
 def data(spec: dict[str, Any], layer: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -33,20 +40,17 @@ def test_sparkline_plots_all_requests_and_the_rejected_ones() -> None:
         {"time": "2025-11-24T16:01:00+00:00", "series": "rejected", "per second": 0},
     ]
     assert spec["mark"] == {"type": "line", "strokeWidth": 1.5}
-    assert spec["height"] == 120
+    # Tall enough for a plot: Streamlit fits axes and legend into the height too.
+    assert spec["height"] == 180
     encoding = spec["encoding"]
-    assert encoding["x"] == {
-        "field": "time",
-        "type": "temporal",
-        "title": "time (UTC)",
-        "axis": {"format": "%H:%M", "labelAngle": 0},
-    }
+    assert encoding["x"] == TIME_AXIS
     assert encoding["y"] == {"field": "per second", "type": "quantitative", "title": "req / s"}
     assert encoding["color"] == {
         "field": "series",
         "type": "nominal",
         "scale": {"domain": ["requests", "rejected"], "range": ["#30638e", "#d1495b"]},
-        "legend": {"orient": "bottom", "title": None},
+        # beside the plot: a legend below took the whole height (the plot was 0 px high)
+        "legend": {"orient": "right", "title": None},
     }
 
 
@@ -63,7 +67,7 @@ def test_traffic_stacks_each_outcome_per_bucket() -> None:
     assert spec["mark"] == {"type": "bar"}
     assert spec["height"] == 260
     encoding = spec["encoding"]
-    assert encoding["x"] == {"field": "time", "type": "temporal", "title": "time (UTC)"}
+    assert encoding["x"] == TIME_AXIS
     assert encoding["y"] == {
         "field": "requests",
         "type": "quantitative",
@@ -77,7 +81,7 @@ def test_traffic_stacks_each_outcome_per_bucket() -> None:
         "title": None,
     }
     assert encoding["tooltip"] == [
-        {"field": "time", "type": "temporal"},
+        {"field": "time", "type": "temporal", "format": TIME_FORMAT, "title": "time (UTC)"},
         {"field": "outcome", "type": "nominal"},
         {"field": "requests", "type": "quantitative"},
     ]
@@ -100,11 +104,14 @@ def test_what_if_alone_is_the_proposal_stacked_over_time() -> None:
         {"time": "2025-11-24T16:00:00+00:00", "outcome": "rejected", "requests": 1},
         {"time": "2025-11-24T16:00:01+00:00", "outcome": "admitted", "requests": 2},
         {"time": "2025-11-24T16:00:01+00:00", "outcome": "rejected", "requests": 2},
+        # the closing zero: the last second is a step of one second's width
+        {"time": "2025-11-24T16:00:02+00:00", "outcome": "admitted", "requests": 0},
+        {"time": "2025-11-24T16:00:02+00:00", "outcome": "rejected", "requests": 0},
     ]
     assert spec["mark"] == {"type": "area", "interpolate": "step-after", "opacity": 0.8}
     assert spec["height"] == 280
     encoding = spec["encoding"]
-    assert encoding["x"] == {"field": "time", "type": "temporal", "title": "time (UTC)"}
+    assert encoding["x"] == TIME_AXIS
     assert encoding["y"] == {
         "field": "requests",
         "type": "quantitative",
@@ -130,16 +137,23 @@ def test_what_if_draws_the_current_rejections_over_the_proposal() -> None:
         {"time": 0, "outcome": "rejected", "requests": 1},
         {"time": 1, "outcome": "admitted", "requests": 2},
         {"time": 1, "outcome": "rejected", "requests": 2},
+        {"time": 2, "outcome": "admitted", "requests": 0},
+        {"time": 2, "outcome": "rejected", "requests": 0},
     ]
     assert area["mark"]["type"] == "area"
     assert area["encoding"]["x"] == seconds
     assert area["encoding"]["y"]["stack"] == "zero"
-    assert data(spec, line) == [{"time": 0, "rejected now": 0}, {"time": 1, "rejected now": 1}]
+    assert data(spec, line) == [
+        {"time": 0, "rejected now": 0},
+        {"time": 1, "rejected now": 1},
+        {"time": 2, "rejected now": 0},
+    ]
     assert line["mark"] == {
         "type": "line",
         "color": "black",
         "strokeDash": [4, 3],
         "strokeWidth": 1.5,
+        "interpolate": "step-after",  # no diagonals: a count holds for its own second only
     }
     assert line["encoding"] == {
         "x": seconds,
@@ -153,3 +167,16 @@ def test_what_if_with_no_traffic_is_an_empty_chart_with_its_axes() -> None:
     assert data(spec, area) == [] and data(spec, line) == []
     assert area["encoding"]["x"]["title"] == "time (UTC)"
     assert line["encoding"]["y"]["field"] == "rejected now"
+
+
+def test_what_if_draws_seconds_without_recorded_traffic_as_zero() -> None:
+    # Recorded traffic keeps only the seconds that had requests: the chart must not hold the
+    # last value across a gap (the area) nor draw a diagonal over it (the line).
+    proposed = Replay([Second(T0, 3, 1), Second(T0 + 3, 2, 2)])
+    current = Replay([Second(T0, 4, 0), Second(T0 + 3, 1, 3)])
+    spec = what_if(proposed, current).to_dict()
+    area, line = spec["layer"]
+    rejected = [r["requests"] for r in data(spec, area) if r["outcome"] == "rejected"]
+    assert rejected == [1, 0, 0, 2, 0]
+    assert [r["rejected now"] for r in data(spec, line)] == [0, 0, 0, 3, 0]
+    assert area["mark"]["interpolate"] == line["mark"]["interpolate"] == "step-after"
