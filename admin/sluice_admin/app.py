@@ -23,7 +23,10 @@ PAGES = [
     ("transfer.py", "Import / export", ":material/swap_vert:"),
 ]
 
-st.set_page_config(page_title="Sluice admin", layout="wide")
+# The tab's icon is an emoji, drawn by the browser: without one, Streamlit makes the current
+# page's :material/…: icon the favicon and fetches it from fonts.gstatic.com (the icons in the
+# sidebar come from the font Streamlit serves itself). The app talks to no other host.
+st.set_page_config(page_title="Sluice admin", page_icon="🚦", layout="wide")
 
 user = session.user()
 if user is None:
