@@ -24,6 +24,7 @@ __all__ = [
     "diff",
     "document_rules",
     "form_from_rule",
+    "offender_values",
     "pending_text",
     "put_rule",
     "remove_rule",
@@ -39,6 +40,7 @@ LIMIT, UNLIMITED, NO_LIMIT = "limit", "unlimited", "none"
 
 @dataclass(frozen=True)
 class RuleRow:
+    domain: str
     path: RulePath
     rule: Rule
 
@@ -48,7 +50,8 @@ class RuleRow:
 
     @property
     def label(self) -> str:
-        return " › ".join(k if v is None else f"{k}={v}" for k, v in self.path)
+        """The rule's one name on every page: its usage id, the ``rule`` label of /metrics."""
+        return rule_id(self.domain, self.path)
 
 
 def rows(policy: DomainPolicy) -> list[RuleRow]:
@@ -57,7 +60,7 @@ def rows(policy: DomainPolicy) -> list[RuleRow]:
     def walk(rules: tuple[Rule, ...], parent: RulePath) -> Iterator[RuleRow]:
         for rule in rules:
             path = (*parent, (rule.key, rule.value))
-            yield RuleRow(path, rule)
+            yield RuleRow(policy.domain, path, rule)
             yield from walk(rule.descriptors, path)
 
     return list(walk(policy.descriptors, ()))
@@ -66,6 +69,13 @@ def rows(policy: DomainPolicy) -> list[RuleRow]:
 def rule_id(domain: str, path: RulePath) -> str:
     """The id usage telemetry files a rule under (as ``policies/snapshot.py`` names it)."""
     return domain + "".join(f".{k}" + (f"_{v}" if v else "") for k, v in path)
+
+
+def offender_values(key: str) -> str:
+    """An over-limit key as recorded (the counter's ``key,value,…`` after the domain) shown
+    as its values only: the rule's name already says which keys they are."""
+    parts = key.split(",")
+    return ", ".join(parts[1::2]) if len(parts) % 2 == 0 else key
 
 
 def document_rules(policy: DomainPolicy) -> list[Doc]:

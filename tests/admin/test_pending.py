@@ -21,7 +21,8 @@ descriptors:
 
 def test_rows_paths_and_usage_ids() -> None:
     rows = pending.rows(NESTED)
-    assert [r.label for r in rows] == ["type=marketing", "type=marketing › to"]
+    # One name per rule on every page: the usage id, /metrics' ``rule`` label.
+    assert [r.label for r in rows] == ["msg.type_marketing", "msg.type_marketing.to"]
     assert pending.rule_id("msg", rows[1].path) == "msg.type_marketing.to"
 
 

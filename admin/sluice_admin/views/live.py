@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from sluice.usage.store import MINUTE, SECOND
-from sluice_admin import charts, metrics, session
+from sluice_admin import charts, metrics, pending, session
 from sluice_admin.data import AdminData
 
 # label: (seconds shown, resolution). Per-second data is kept for an hour, per-minute for two
@@ -72,8 +72,9 @@ def _rule(data: AdminData, rule: str, points: list, since: int, now: int, resolu
         offenders = data.top_offenders(rule, since_s=since - since % MINUTE)
         if offenders:
             st.caption("Top offending keys (refused requests)")
+            shown = [(pending.offender_values(key), hits) for key, hits in offenders]
             st.dataframe(
-                pd.DataFrame(offenders, columns=["key", "refused"]),
+                pd.DataFrame(shown, columns=["key", "refused"]),
                 hide_index=True,
                 width="stretch",
             )

@@ -6,6 +6,7 @@ validated by the server's own loader at once, so the messages shown are the serv
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import streamlit as st
@@ -16,14 +17,21 @@ from sluice.model import DomainPolicy, Rule, Unit
 from sluice_admin import pending, session
 from sluice_admin.auth import User
 from sluice_admin.data import AdminData, NotAllowedError
-from sluice_admin.pending import LIMIT, NO_LIMIT, UNLIMITED, LimitFields, RuleForm, RulePath
+from sluice_admin.pending import (
+    LIMIT,
+    NO_LIMIT,
+    UNLIMITED,
+    LimitFields,
+    RuleForm,
+    RulePath,
+    rule_id,
+)
 
 UNITS = [u.name.lower() for u in Unit if u is not Unit.UNKNOWN]
 MODES = {LIMIT: "limited", UNLIMITED: "unlimited", NO_LIMIT: "no limit (placeholder or whitelist)"}
 _FORM = "rules_form_target"
 _NEW_DOMAINS = "rules_new_domains"
 _NOTICE = "rules_notice"
-_STALE = "rules_stale"
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,21 @@ class FormTarget:
 
 def _key(domain: str) -> str:
     return f"rules_draft:{domain}"
+
+
+def _stale_key(domain: str) -> str:
+    # Per domain: a refused publish of one domain says nothing about another.
+    return f"rules_stale:{domain}"
+
+
+def _set_draft(draft: Draft | None, domain: str) -> None:
+    """Replace (None: drop) the domain's pending edit. Whatever replaces it was made after a
+    refused publish, so the stale-version message no longer applies."""
+    if draft is None:
+        st.session_state.pop(_key(domain), None)
+    else:
+        st.session_state[_key(domain)] = draft
+    st.session_state.pop(_stale_key(domain), None)
 
 
 def draft(data: AdminData, domain: str) -> Draft:
@@ -126,7 +149,10 @@ def _summary(rule: Rule) -> str:
             if limit.burst is not None:
                 extra.append(f"burst {limit.burst}")
             more = f" ({', '.join(extra)})" if extra else ""
-            parts.append(f"{limit.requests_per_unit} / {limit.unit.name.lower()}{more}")
+            if limit.requests_per_unit == 0:  # nothing passes, whatever the unit
+                parts.append(f"blocked{more}")
+            else:
+                parts.append(f"{limit.requests_per_unit} / {limit.unit.name.lower()}{more}")
         text = " and ".join(parts)
     else:
         text = "no limit" if rule.descriptors else "whitelisted (no limit)"
@@ -143,7 +169,8 @@ def _tree(data: AdminData, user: User, d: Draft) -> None:
     if not rows:
         st.info("This domain has no rules yet." + (" Add one below." if user.can_edit else ""))
     for index, row in enumerate(rows):
-        label, edit, dup, delete = st.columns([8, 1, 1, 1], vertical_alignment="center")
+        # Wide enough for "Duplicate" in full at 1400 px (at [8, 1, 1, 1] it read "Dupli…").
+        label, edit, dup, delete = st.columns([6, 1, 1.5, 1.1], vertical_alignment="center")
         # st.text: keys and values are user data and shown exactly, never as Markdown.
         label.text("    " * row.depth + f"{row.label}: {_summary(row.rule)}")
         if not user.can_edit:
@@ -176,6 +203,7 @@ def _tree(data: AdminData, user: User, d: Draft) -> None:
 
 def _open_form(target: FormTarget, form: RuleForm) -> None:
     st.session_state[_FORM] = target
+    st.session_state.pop(_FORM_SHOWN, None)
     first = form.limits[0]
     second = form.limits[1] if len(form.limits) > 1 else LimitFields()
     values = {
@@ -197,6 +225,7 @@ def _open_form(target: FormTarget, form: RuleForm) -> None:
         "rf_flags": (form.detailed_metric, form.share_threshold),
     }
     st.session_state.update(values)
+    st.session_state[_FORM_KEPT] = {k: v for k, v in values.items() if k in _SHAPE_FIELDS}
     st.rerun()
 
 
@@ -214,21 +243,67 @@ def _limit_fields(suffix: str) -> None:
     )
 
 
+_FORM_KEPT = "rules_form_kept"  # the shape-dependent fields' values, shown or not
+_FORM_SHOWN = "rules_form_shown"  # which of them the last run drew
+_SHAPE_FIELDS = ("rf_two",) + tuple(
+    f"rf_{name}{suffix}" for suffix in ("", "2") for name in ("rpu", "unit", "alg", "burst")
+)
+
+
+def _shape_fields_shown(limited: bool, two: bool) -> set[str]:
+    if not limited:
+        return set()
+    return {"rf_two"} | {f for f in _SHAPE_FIELDS if f[-1] != "2" or two}
+
+
+def _restore_shape_fields(limited: bool) -> bool:
+    """Streamlit forgets (or resets) a widget's value once a run does not draw it, so the
+    fields the rule's shape hides are kept aside and put back when shown again. Whether the
+    rule has a second limit."""
+    s = st.session_state
+    kept: dict[str, object] = s[_FORM_KEPT]
+    before: set[str] = s.get(_FORM_SHOWN, set())
+    for name in before & s.keys():
+        kept[name] = s[name]
+    two = limited and bool(kept["rf_two"])
+    shown = _shape_fields_shown(limited, two)
+    for name in shown - before:
+        s[name] = kept[name]
+    s[_FORM_SHOWN] = shown
+    return two
+
+
 def _form(data: AdminData, d: Draft, target: FormTarget) -> None:
-    where = " › ".join(k if v is None else f"{k}={v}" for k, v in target.parent) or "top level"
+    parent = rule_id(d.policy.domain, target.parent) if target.parent else None
+    where = f"under {parent}" if parent else "top level"
     title = "Edit rule" if target.old is not None else "New rule"
-    with st.form("rule_form"):
+    with st.container(border=True):
         st.subheader(title, anchor=False)
         st.text(f"Position: {where}")
-        a, b = st.columns(2)
-        a.text_input("Key", key="rf_key")
-        b.text_input("Value", key="rf_value", help="empty: any value; * is a wildcard")
+        # The rule's shape, outside the form: choosing it redraws the form with only the fields
+        # that shape has (a form itself reruns only when submitted).
         st.radio(
             "Limit", list(MODES), format_func=MODES.__getitem__, key="rf_mode", horizontal=True
         )
-        _limit_fields("")
-        st.checkbox("A second limit (both must admit)", key="rf_two")
-        _limit_fields("2")
+        limited = st.session_state["rf_mode"] == LIMIT
+        two = _restore_shape_fields(limited)
+        if limited:
+            st.checkbox("A second limit (both must admit)", key="rf_two")
+        _form_fields(data, d, target, limited=limited, two=two)
+
+
+def _form_fields(
+    data: AdminData, d: Draft, target: FormTarget, *, limited: bool, two: bool
+) -> None:
+    with st.form("rule_form", border=False):
+        a, b = st.columns(2)
+        a.text_input("Key", key="rf_key")
+        b.text_input("Value", key="rf_value", help="empty: any value; * is a wildcard")
+        if limited:
+            _limit_fields("")
+        if two:
+            st.caption("Second limit")
+            _limit_fields("2")
         a, b = st.columns(2)
         a.text_input("Name", key="rf_name", help="echoed to clients; what replaces can name")
         b.text_input(
@@ -242,7 +317,7 @@ def _form(data: AdminData, d: Draft, target: FormTarget) -> None:
         st.rerun()
     if not ok:
         return
-    form = _read_form()
+    form = _read_form(two=two)
     docs = pending.document_rules(d.policy)
     updated = pending.put_rule(docs, target.parent, target.old, form.document())
     if _apply(data, d, updated):
@@ -253,7 +328,7 @@ def _form(data: AdminData, d: Draft, target: FormTarget) -> None:
         st.rerun()
 
 
-def _read_form() -> RuleForm:
+def _read_form(*, two: bool) -> RuleForm:
     s = st.session_state
 
     def limit(suffix: str) -> LimitFields:
@@ -270,7 +345,7 @@ def _read_form() -> RuleForm:
         key=s["rf_key"],
         value=s["rf_value"],
         mode=s["rf_mode"],
-        limits=[limit("")] + ([limit("2")] if s["rf_two"] else []),
+        limits=[limit("")] + ([limit("2")] if two else []),
         name=s["rf_name"],
         replaces=[n.strip() for n in s["rf_replaces"].split(",") if n.strip()],
         shadow_mode=s["rf_shadow"],
@@ -286,7 +361,7 @@ def _apply(data: AdminData, d: Draft, docs: list[dict]) -> bool:
     except ConfigError as exc:
         show_problems(exc, pending.pending_text(d.policy.domain, docs))
         return False
-    st.session_state[_key(d.policy.domain)] = Draft(policy, d.base_version, d.loaded)
+    _set_draft(Draft(policy, d.base_version, d.loaded), d.policy.domain)
     return True
 
 
@@ -307,7 +382,12 @@ def _yaml(data: AdminData, user: User, d: Draft) -> None:
     if not user.can_edit:
         return
     with st.expander("Edit as YAML"):
-        edited = st.text_area("YAML", value=text, height=300, key=f"rules_yaml:{d.policy.domain}")
+        # Keyed by the text itself: a widget with a fixed key keeps what it first showed, so
+        # after a form edit or a publish "Apply" would have put the old rules back.
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        edited = st.text_area(
+            "YAML", value=text, height=300, key=f"rules_yaml:{d.policy.domain}:{digest}"
+        )
         if st.button("Apply YAML to pending change", key="rules_yaml_apply"):
             try:
                 policies = data.validate_document(edited, "yaml")
@@ -319,7 +399,7 @@ def _yaml(data: AdminData, user: User, d: Draft) -> None:
                     f"The YAML must define exactly the domain {session.escape(d.policy.domain)}."
                 )
                 return
-            st.session_state[_key(d.policy.domain)] = Draft(policies[0], d.base_version, d.loaded)
+            _set_draft(Draft(policies[0], d.base_version, d.loaded), d.policy.domain)
             st.session_state[_NOTICE] = "YAML applied to the pending change."
             st.rerun()
 
@@ -328,12 +408,12 @@ def _yaml(data: AdminData, user: User, d: Draft) -> None:
 
 
 def _publish(data: AdminData, user: User, d: Draft) -> None:
-    stale = st.session_state.get(_STALE)
+    domain = d.policy.domain
+    stale = st.session_state.get(_stale_key(domain))
     if stale is not None:
         st.error(session.escape(stale))
         if st.button("Reload the live version (discards the pending change)", key="rules_reload"):
-            st.session_state.pop(_key(d.policy.domain), None)
-            st.session_state.pop(_STALE, None)
+            _set_draft(None, domain)
             st.rerun()
     diff = pending.diff(d.loaded, d.base_version, d.policy)
     if not diff:
@@ -350,7 +430,7 @@ def _publish(data: AdminData, user: User, d: Draft) -> None:
         help=None if user.can_edit else "Only editors may publish.",
     )
     if right.button("Discard pending change", key="rules_discard"):
-        st.session_state.pop(_key(d.policy.domain), None)
+        _set_draft(None, domain)
         st.rerun()
     if not publish:
         return
@@ -359,7 +439,7 @@ def _publish(data: AdminData, user: User, d: Draft) -> None:
             version = data.publish(user, d.policy, base_version=d.base_version, comment=comment)
     except StaleVersionError as exc:
         # Kept in the session: the reload button must still be there on the next run.
-        st.session_state[_STALE] = str(exc)
+        st.session_state[_stale_key(domain)] = str(exc)
         st.rerun()
     except (NotAllowedError, ConfigError) as exc:
         if isinstance(exc, ConfigError):
@@ -367,7 +447,7 @@ def _publish(data: AdminData, user: User, d: Draft) -> None:
         else:
             st.error(str(exc))
         return
-    st.session_state.pop(_key(d.policy.domain), None)
+    _set_draft(None, domain)
     st.session_state[_NOTICE] = (
         f"Published version {version} of {session.escape(d.policy.domain)}."
         if version is not None
