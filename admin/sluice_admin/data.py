@@ -64,6 +64,10 @@ class AdminData:
         except DomainNotFoundError:
             return []
 
+    def diff(self, domain: str, from_version: int, to_version: int) -> str:
+        """Unified diff of one version's document against another's."""
+        return self._policies.diff(domain, from_version, to_version)
+
     def validate_descriptors(
         self, domain: str, descriptors: list[dict[str, object]]
     ) -> DomainPolicy:

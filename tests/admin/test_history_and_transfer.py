@@ -46,11 +46,18 @@ def test_rollback_asks_first_then_restores(database_url: str, service: PolicySer
     at.button(key="history_cancel").click().run()
     assert not at.warning
     at.button(key="history_rollback_1").click().run()
+    # What the rollback changes, from the live version to the restored one.
+    assert any(
+        "-    requests_per_unit: 50" in c.splitlines() and "+    requests_per_unit: 5" in c
+        for c in codes(at)
+    )
+    assert at.text_input(key="history_comment_1").value == "roll back to v1"
+    at.text_input(key="history_comment_1").input("50 was too many")
     at.button(key="history_confirm_yes").click().run()
     no_exceptions(at)
     assert [s.value for s in at.success] == ["Version 3 restores version 1."]
     live = service.get("shop")
-    assert (live.version, live.author) == (3, "ed")
+    assert (live.version, live.author, live.comment) == (3, "ed", "50 was too many")
     assert live.policy.descriptors[0].limits[0].requests_per_unit == 5
     assert service.history("shop")[0].restored_from == 1
 
@@ -103,6 +110,18 @@ def test_import_publishes_a_valid_file(database_url: str, service: PolicyService
     no_exceptions(at)
     assert [s.value for s in at.success] == ["Imported: edge → v1."]
     assert service.get("edge").comment == "import edge.yaml"
+
+
+def test_import_counts_rules_as_the_rules_page_lists_them(database_url: str) -> None:
+    nested = (
+        b"domain: msg\ndescriptors:\n  - key: type\n    value: marketing\n    descriptors:\n"
+        b"      - key: to\n        rate_limit: {unit: day, requests_per_unit: 2}\n"
+        b"  - key: to\n    rate_limit: {unit: hour, requests_per_unit: 20}\n"
+    )
+    at = open_page(sign_in(new_app(), "ed"), "transfer")
+    at.file_uploader(key="transfer_file").upload("msg.yaml", nested, "application/yaml").run()
+    # msg.type_marketing, msg.type_marketing.to and msg.to: three rows on the Rules page
+    assert "Valid: msg (3 rules)" in texts(at)
 
 
 def test_export_offers_the_current_yaml(database_url: str) -> None:

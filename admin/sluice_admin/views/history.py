@@ -32,9 +32,8 @@ def render() -> None:
             st.info("This domain has no history.")
             return
         latest = versions[0].version
-        _confirm(data, user, domain, latest)
         for v in versions:
-            _version(v, latest, user)
+            _version(data, user, v, latest)
 
 
 def _deleted_domains() -> set[str]:
@@ -51,7 +50,7 @@ def _title(v: Version) -> str:
     return f"v{v.version} · {when} · {v.author}{note}"
 
 
-def _version(v: Version, latest: int, user: User) -> None:
+def _version(data: AdminData, user: User, v: Version, latest: int) -> None:
     with st.container(border=True):
         # Author and comment are user-written: plain text.
         st.text(_title(v) + (" · live" if v.version == latest else ""))
@@ -59,32 +58,39 @@ def _version(v: Version, latest: int, user: User) -> None:
             st.text(f"Comment: {v.comment}")
         with st.expander("Diff from the version before"):
             st.code(v.diff or "(no change in the document)", language="diff")
-        if v.version != latest and user.can_edit:
-            if st.button(f"Roll back to v{v.version}", key=f"history_rollback_{v.version}"):
-                st.session_state[_CONFIRM] = v.version
-                st.rerun()
-
-
-def _confirm(data: AdminData, user: User, domain: str, latest: int) -> None:
-    target = st.session_state.get(_CONFIRM)
-    if target is None:
-        return
-    with st.container(border=True):
-        st.warning(
-            f"Roll back {session.escape(domain)} to version {target}? This publishes a new "
-            f"version {latest + 1} with version {target}'s rules; every server follows within "
-            "a second."
-        )
-        yes, no = st.columns(2)
-        if no.button("Cancel", key="history_cancel"):
-            del st.session_state[_CONFIRM]
-            st.rerun()
-        if not yes.button("Yes, roll back", type="primary", key="history_confirm_yes"):
+        if v.version == latest or not user.can_edit:
             return
+        if st.session_state.get(_CONFIRM) == (v.domain, v.version):
+            _confirm(data, user, v.domain, v.version, latest)
+        elif st.button(f"Roll back to v{v.version}", key=f"history_rollback_{v.version}"):
+            st.session_state[_CONFIRM] = (v.domain, v.version)
+            st.rerun()
+
+
+def _confirm(data: AdminData, user: User, domain: str, target: int, latest: int) -> None:
+    """The confirmation in place of its button (not at the top of the page, off-screen): what
+    the rollback changes, and a comment for the new version."""
+    st.warning(
+        f"Roll back {session.escape(domain)} to version {target}? This publishes a new "
+        f"version {latest + 1} with version {target}'s rules; every server follows within "
+        "a second."
+    )
+    st.code(
+        data.diff(domain, latest, target) or "(no change in the document)", language="diff"
+    )
+    comment = st.text_input(
+        "Comment", value=f"roll back to v{target}", key=f"history_comment_{target}"
+    )
+    yes, no = st.columns(2)
+    if no.button("Cancel", key="history_cancel"):
+        del st.session_state[_CONFIRM]
+        st.rerun()
+    if not yes.button("Yes, roll back", type="primary", key="history_confirm_yes"):
+        return
     del st.session_state[_CONFIRM]
     try:
         with st.spinner("Rolling back…"):
-            version = data.rollback(user, domain, target, base_version=latest)
+            version = data.rollback(user, domain, target, base_version=latest, comment=comment)
     except StaleVersionError as exc:
         st.error(f"{session.escape(str(exc))} (someone published meanwhile; look again)")
         return

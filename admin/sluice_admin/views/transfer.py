@@ -6,7 +6,7 @@ import streamlit as st
 
 from sluice.errors import ConfigError
 from sluice.policies.yaml_format import dump_policies
-from sluice_admin import session
+from sluice_admin import pending, session
 from sluice_admin.auth import User
 from sluice_admin.data import AdminData
 
@@ -74,7 +74,9 @@ def _import(data: AdminData, user: User) -> None:
         st.error(f"The file has {len(exc.problems)} problem(s); nothing was imported:")
         st.code("\n".join(exc.problems), language=None)
         return
-    st.text("Valid: " + ", ".join(f"{p.domain} ({len(p.descriptors)} rules)" for p in policies))
+    # Rules counted as the Rules page lists them: nested ones too, not only the top level.
+    counted = [f"{p.domain} ({len(pending.rows(p))} rules)" for p in policies]
+    st.text("Valid: " + ", ".join(counted))
     if not user.can_edit:
         st.caption("You are a viewer: only editors may import.")
         return
