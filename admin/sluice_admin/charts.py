@@ -31,7 +31,11 @@ def _time(bucket_s: int) -> datetime:
 
 
 def _time_axis() -> alt.X:
-    return alt.X("time:T", title="time (UTC)", axis=alt.Axis(format=TIME_FORMAT, labelAngle=0))
+    # No tick closer than a second (ms: the scale's unit), and a label that would overlap the
+    # one before is left out: a span of a second or two got sub-second ticks, every one of them
+    # labelled with the same second, on top of each other.
+    axis = alt.Axis(format=TIME_FORMAT, labelAngle=0, labelOverlap="greedy", tickMinStep=1000)
+    return alt.X("time:T", title="time (UTC)", axis=axis)
 
 
 def _unit(resolution_s: int) -> str:

@@ -21,7 +21,12 @@ TIME_AXIS = {
     "field": "time",
     "type": "temporal",
     "title": "time (UTC)",
-    "axis": {"format": "%H:%M:%S", "labelAngle": 0},
+    "axis": {
+        "format": "%H:%M:%S",
+        "labelAngle": 0,
+        "labelOverlap": "greedy",
+        "tickMinStep": 1000,  # ms: no sub-second ticks all labelled with the same second
+    },
 }
 
 
