@@ -7,15 +7,17 @@ import os
 import ssl
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sluice_admin.auth import hash_password
 from tests.support.processes import free_port, wait_until
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "PASSWORD", "run_admin", "settle", "sign_in"]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "PASSWORD", "Outbound", "run_admin", "settle", "sign_in"]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -71,6 +73,23 @@ def run_admin(
             process.kill()
             process.wait()
         log.close()
+
+
+@dataclass
+class Outbound:
+    """A browser context's route handler (``context.route("**/*", outbound.route)``): requests
+    for any host but the admin app at ``url`` are refused before they leave, and listed."""
+
+    url: str
+    refused: list[str] = field(default_factory=list)
+
+    def route(self, route: Any) -> None:
+        host = urllib.parse.urlsplit(self.url).netloc
+        if urllib.parse.urlsplit(route.request.url).netloc == host:
+            route.continue_()
+        else:
+            self.refused.append(route.request.url)
+            route.abort()
 
 
 def settle(page: Any) -> None:

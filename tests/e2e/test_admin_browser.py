@@ -22,7 +22,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import load_text
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, run_admin
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, Outbound, run_admin
 from tests.e2e.browser import settle as browser_settle
 from tests.support.processes import sluice_serve, wait_until
 
@@ -80,7 +80,10 @@ def test_publish_watch_roll_back_in_a_browser(
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
         assert _decide(stub, "alice") == OK  # no limit for users yet
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        outbound = Outbound(admin_app)
+        context.route("**/*", outbound.route)
+        page = context.new_page()
         page.set_default_timeout(15_000)
 
         def settle() -> None:
@@ -119,7 +122,7 @@ def test_publish_watch_roll_back_in_a_browser(
         wait_until(lambda: unit.input_value() == "hour", 5, "the unit to be chosen")
         settle()
         form.get_by_role("button", name="Apply to pending change").click()
-        page.get_by_text("user: 2 / hour").wait_for()
+        page.get_by_text("shop.user: 2 / hour").wait_for()
         shot("rules")
         page.get_by_role("tab", name="Pending change").click()
         page.get_by_label("Comment").fill("2 per hour per user")
@@ -175,4 +178,5 @@ def test_publish_watch_roll_back_in_a_browser(
         page.get_by_role("button", name="Yes, roll back").click()
         page.get_by_text("Version 3 restores version 1.").wait_for()
         _until(lambda: _decide(stub, "bob") == OK, 2.0, "the rollback to take effect")
+        assert outbound.refused == []  # no host but the admin app, on any page
         browser.close()
