@@ -75,9 +75,7 @@ def _confirm(data: AdminData, user: User, domain: str, target: int, latest: int)
         f"version {latest + 1} with version {target}'s rules; every server follows within "
         "a second."
     )
-    st.code(
-        data.diff(domain, latest, target) or "(no change in the document)", language="diff"
-    )
+    st.code(data.diff(domain, latest, target) or "(no change in the document)", language="diff")
     comment = st.text_input(
         "Comment", value=f"roll back to v{target}", key=f"history_comment_{target}"
     )
