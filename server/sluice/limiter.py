@@ -78,6 +78,7 @@ class RateLimiter:
         self._clock = clock
         self._settings = settings
         self._recorder = recorder
+        self.backend_errors = 0  # requests whose backend call failed (upstream's redis_error)
 
     async def should_rate_limit(self, request: RateLimitRequest) -> Decision:
         check_request(request, self._settings.bounds)
@@ -123,6 +124,7 @@ class RateLimiter:
                 else:
                     outcomes = await self._backend.apply(hits, self._clock.now())
             except BackendUnavailableError:
+                self.backend_errors += 1
                 if recorder is not None:
                     for a in applicable:
                         recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
