@@ -210,6 +210,7 @@ class Sluice:
         if self.flusher is not None:
             state["usage_flush_failures"] = self.flusher.failures
         state["redis_errors"] = self.limiter.backend_errors
+        state["global_shadow_answers"] = self.limiter.global_shadow_answers
         state["service_errors"] = self.rls.internal_errors
         return state
 

@@ -4,13 +4,15 @@ alerts keep working on Sluice (docs/migrating.md, "Metrics").
 What is sent, every ``flush_interval_s`` (upstream's ``STATS_FLUSH_INTERVAL``):
 
 * ``ratelimit.service.rate_limit.<key path>.{total_hits,over_limit,near_limit,within_limit,
-  shadow_mode}``, counters per rule. The key path is ``metric_key``'s; by default a rule's
-  place in its domain (``domain.key_value.key``), which is Sluice's rule id.
+  shadow_mode,over_limit_with_local_cache}``, counters per rule. The key path is
+  ``metric_key``'s; by default a rule's place in its domain (``domain.key_value.key``),
+  which is Sluice's rule id.
 * ``ratelimit_server.ShouldRateLimit.total_requests`` (counter) and ``.response_time``
   (timer, milliseconds), one timer sample per call.
 * ``ratelimit.service.config_load_success`` / ``config_load_error``,
-  ``ratelimit.service.call.should_rate_limit.redis_error`` / ``service_error``: counters, the
-  increase of totals kept elsewhere (``state``).
+  ``ratelimit.service.call.should_rate_limit.redis_error`` / ``service_error``,
+  ``ratelimit.service.global_shadow_mode``: counters, the increase of totals kept elsewhere
+  (``state``).
 
 The request path pays for one call of ``observe_request`` (a counter and a list append);
 the per-rule counters come from the usage recorder's drain, which the request path already
@@ -63,6 +65,7 @@ _STATE_COUNTERS = {
     "config_invalid_versions": "ratelimit.service.config_load_error",
     "redis_errors": "ratelimit.service.call.should_rate_limit.redis_error",
     "service_errors": "ratelimit.service.call.should_rate_limit.service_error",
+    "global_shadow_answers": "ratelimit.service.global_shadow_mode",
 }
 _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
 _TAG_VALUE_UNSAFE = re.compile(r"[.:|]")
@@ -179,6 +182,7 @@ class StatsdSink:
                 (".near_limit", c[NEAR_LIMIT]),
                 (".within_limit", allowed),
                 (".shadow_mode", shadow),
+                (".over_limit_with_local_cache", usage.local_refusals),
             ):
                 if value:
                     key = name + suffix

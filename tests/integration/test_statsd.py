@@ -68,7 +68,7 @@ def test_upstream_statsd_names_from_a_server_started_with_upstreams_variables(
     prefix = "ratelimit.service.rate_limit.rl."
     with sluice_serve(tmp_path, upstream_only=True, env=env) as server:
         nested = (("source_cluster", "proxy"), ("destination_cluster", "mock"))
-        assert [decide(server, *nested) for _ in range(3)] == [OK, OK, OVER_LIMIT]
+        assert [decide(server, *nested) for _ in range(4)] == [OK, OK, OVER_LIMIT, OVER_LIMIT]
         assert [decide(server, ("foo", "bar")) for _ in range(2)] == [OK, OVER_LIMIT]
         keys = [key for _, key in scan_keys(data_nodes(private_redis.url), "*")]
         wait_until(
@@ -82,19 +82,20 @@ def test_upstream_statsd_names_from_a_server_started_with_upstreams_variables(
     path = prefix + "source_cluster_proxy.destination_cluster_mock"
     tag = ".__env=test"
     assert {name: n for name, n in counters.items() if name.startswith(prefix)} == {
-        f"{path}.total_hits{tag}": 3,
+        f"{path}.total_hits{tag}": 4,
         f"{path}.within_limit{tag}": 2,
         f"{path}.near_limit{tag}": 1,  # 2 of 2 used: past NEAR_LIMIT_RATIO's 0.8
-        f"{path}.over_limit{tag}": 1,
+        f"{path}.over_limit{tag}": 2,
+        f"{path}.over_limit_with_local_cache{tag}": 1,  # the 4th: Redis not asked
         f"{prefix}foo.total_hits{tag}": 2,
         f"{prefix}foo.within_limit{tag}": 1,
         f"{prefix}foo.near_limit{tag}": 1,
         f"{prefix}foo.over_limit{tag}": 1,
     }
-    assert counters[f"ratelimit_server.ShouldRateLimit.total_requests{tag}"] == 5
+    assert counters[f"ratelimit_server.ShouldRateLimit.total_requests{tag}"] == 6
     assert counters[f"ratelimit.service.config_load_success{tag}"] >= 1
     timers = [line for line in listener.lines if "|ms" in line]
-    assert len(timers) == 5
+    assert len(timers) == 6
     timer = f"ratelimit_server.ShouldRateLimit.response_time{tag}:"
     assert all(t.startswith(timer) for t in timers)
     assert 0 < listener.largest <= 1432

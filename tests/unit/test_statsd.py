@@ -57,7 +57,7 @@ def test_parse_tags_reads_upstreams_extra_tags() -> None:
 def usage_lines(sink: StatsdSink) -> list[str]:
     recorder = UsageRecorder()
     recorder.record("rl.foo", ALLOWED, cost=3, near=True)
-    recorder.record("rl.foo", OVER_LIMIT, cost=2)
+    recorder.record("rl.foo", OVER_LIMIT, cost=2, local=True)
     recorder.record("rl.remote_address_10.1.2.3", SHADOW_OVER)
     sink.add_usage(recorder.drain())
     sink.observe_request(0.0025)
@@ -69,6 +69,7 @@ def test_rule_counters_and_server_metrics_have_upstreams_names_and_types() -> No
     assert sorted(lines) == sorted([
         "ratelimit.service.rate_limit.rl.foo.total_hits:5|c",
         "ratelimit.service.rate_limit.rl.foo.over_limit:2|c",
+        "ratelimit.service.rate_limit.rl.foo.over_limit_with_local_cache:2|c",
         "ratelimit.service.rate_limit.rl.foo.near_limit:3|c",
         "ratelimit.service.rate_limit.rl.foo.within_limit:3|c",
         "ratelimit.service.rate_limit.rl.remote_address_10_1_2_3.total_hits:1|c",
@@ -90,10 +91,13 @@ def test_dogstatsd_tags_and_gostats_tags() -> None:
 
 def test_totals_kept_elsewhere_are_sent_as_their_increase() -> None:
     state = {"config_loads": 1.0, "config_invalid_versions": 0.0, "redis_errors": 2.0}
+    state.update(service_errors=1.0, global_shadow_answers=4.0)
     sink = StatsdSink("h", 1, state=lambda: state)
     assert sorted(sink.lines()) == [
         "ratelimit.service.call.should_rate_limit.redis_error:2|c",
+        "ratelimit.service.call.should_rate_limit.service_error:1|c",
         "ratelimit.service.config_load_success:1|c",
+        "ratelimit.service.global_shadow_mode:4|c",
     ]
     state.update(config_loads=3.0, config_invalid_versions=1.0)
     assert sorted(sink.lines()) == [
