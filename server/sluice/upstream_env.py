@@ -232,14 +232,16 @@ def _grpc_tls(name: str) -> Reader:
     return read
 
 
-_STATSD_PARTS = ("USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT")
+_STATSD_PARTS = ("USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "DISABLE_STATS")
 
 
 def _statsd_address(env: Mapping[str, str]) -> str | None:
     """Upstream sends statsd (``USE_STATSD`` defaults to true) to ``STATSD_HOST``:
     ``STATSD_PORT`` (localhost:8125). Sluice does when any of these four is set: a Deployment
     that names a statsd destination, or turns statsd on, gets it; one that says nothing
-    does not."""
+    does not. ``DISABLE_STATS=true`` turns it off, as upstream."""
+    if "DISABLE_STATS" in env and _go_bool("DISABLE_STATS", env["DISABLE_STATS"]):
+        return None
     statsd = _go_bool("USE_STATSD", env["USE_STATSD"]) if "USE_STATSD" in env else True
     dog = _go_bool("USE_DOG_STATSD", env["USE_DOG_STATSD"]) if "USE_DOG_STATSD" in env else False
     if dog and "USE_STATSD" in env and statsd:
@@ -360,7 +362,7 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
     NotHonoured(
         "USE_DOG_STATSD_MOGRIFIERS", "metric names are not rewritten into tags: names as upstream"
     ),
-    NotHonoured("DISABLE_STATS", "/metrics is always served on PORT", _true),
+    NotHonoured("DISABLE_STATS", "/metrics is always served on PORT (statsd is off)", _true),
     NotHonoured(
         "USE_PROMETHEUS", "metrics are served at /metrics on PORT, not PROMETHEUS_ADDR", _true
     ),

@@ -103,6 +103,7 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"USE_DOG_STATSD": "true"}, "statsd_flavor", "dogstatsd"),
         ({"EXTRA_TAGS": "env:prod,team:edge"}, "statsd_tags", "env:prod,team:edge"),
         ({"STATS_FLUSH_INTERVAL": "500ms"}, "statsd_flush_interval_s", 0.5),
+        ({"USE_STATSD": "true", "DISABLE_STATS": "true"}, "statsd_address", ""),
     ],
 )  # fmt: skip
 def test_upstream_variables_are_honoured(environ: dict, setting: str, value: Any) -> None:
