@@ -228,9 +228,13 @@ class StatsdSink:
             self._send(datagram)
             return
         if self._socket is None:
-            self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            # Resolved once, at the first flush (a name, IPv4 or IPv6).
+            family, kind, proto, _, address = socket.getaddrinfo(
+                *self._address, type=socket.SOCK_DGRAM
+            )[0]
+            self._socket = socket.socket(family, kind, proto)
             self._socket.setblocking(False)
-            self._socket.connect(self._address)  # resolves the host once
+            self._socket.connect(address)
         self._socket.send(datagram)
 
     async def _flush_async(self) -> None:

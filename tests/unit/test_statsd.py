@@ -3,6 +3,8 @@ config_impl.go builds them, its SanitizeStatName, tags as its sinks write them, 
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from sluice.statsd import MAX_DATAGRAM_BYTES, StatsdSink, metric_key, pack, parse_tags, sanitize
@@ -118,3 +120,17 @@ def test_flush_sends_datagrams_of_at_most_1432_bytes_holding_every_line() -> Non
     assert lines.count("ratelimit_server.ShouldRateLimit.response_time:1.000|ms") == 500
     assert "ratelimit_server.ShouldRateLimit.total_requests:500|c" in lines
     assert pack(["x" * 2000, "y"]) == [b"x" * 2000, b"y"]  # a long line goes alone
+
+
+@pytest.mark.parametrize(
+    ("family", "host"), [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+)
+def test_lines_reach_a_udp_listener_over_ipv4_and_ipv6(family: int, host: str) -> None:
+    with socket.socket(family, socket.SOCK_DGRAM) as listener:
+        listener.bind((host, 0))
+        listener.settimeout(5)
+        sink = StatsdSink(host, listener.getsockname()[1])
+        sink.observe_request(0.001)
+        sink.flush()
+        received = listener.recv(MAX_DATAGRAM_BYTES).decode().split("\n")
+    assert "ratelimit_server.ShouldRateLimit.total_requests:1|c" in received
