@@ -7,6 +7,12 @@ noise than a load test); ``bench/run.py`` remains the measure that counts.
 
     python bench/path_cost.py                    # 1 and 3 descriptors, 20,000 calls each
     python bench/path_cost.py --profile out.prof # cProfile of the Sluice path
+    python bench/path_cost.py --statsd           # also with upstream's statsd metrics on
+
+With ``--statsd``, two more columns: the Sluice path with a statsd sink (the request path's
+hook only), and the same with the sink's work off the request path charged to the calls too
+(every 1,000 calls: the usage drain turned into counters, every line formatted and sent by
+UDP to a socket of this process), which a server does on its flush timer instead.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,6 +42,7 @@ from sluice.metrics import Metrics  # noqa: E402
 from sluice.policies.snapshot import Snapshot  # noqa: E402
 from sluice.policies.yaml_format import load_text  # noqa: E402
 from sluice.pyvoy_app import RLS_PATH, add_rate_limit_service  # noqa: E402
+from sluice.statsd import StatsdSink  # noqa: E402
 from sluice.usage.recorder import UsageRecorder  # noqa: E402
 
 POLICY = """\
@@ -61,17 +70,29 @@ def noop_app() -> GrpcApp:
     return app
 
 
-def sluice_app() -> GrpcApp:
+def sluice_app(statsd: StatsdSink | None = None, recorder: UsageRecorder | None = None) -> GrpcApp:
     snapshot = Snapshot(load_text(POLICY, "bench.yaml"))
-    limiter = RateLimiter(
-        lambda: snapshot, MemoryBackend(), SystemClock(), recorder=UsageRecorder()
-    )
+    recorder = recorder or UsageRecorder()
+    limiter = RateLimiter(lambda: snapshot, MemoryBackend(), SystemClock(), recorder=recorder)
     app = GrpcApp()
-    add_rate_limit_service(app, RateLimitCore(limiter, Metrics(dict)))
+    add_rate_limit_service(app, RateLimitCore(limiter, Metrics(dict), statsd))
     return app
 
 
-async def drive(app: GrpcApp, bodies: list[bytes], calls: int) -> float:
+def statsd_sink() -> tuple[StatsdSink, socket.socket]:
+    """A sink sending to a UDP socket of this process (never read: the kernel drops what
+    overflows, as it would at a statsd server that is behind)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    return StatsdSink("127.0.0.1", listener.getsockname()[1]), listener
+
+
+async def drive(
+    app: GrpcApp,
+    bodies: list[bytes],
+    calls: int,
+    every_1000: Callable[[], None] | None = None,
+) -> float:
     """CPU seconds per call, ``calls`` calls one after another (CPU time, not wall time:
     on a shared machine the process is descheduled at random; the best of the repeats counts)."""
     scope = {
@@ -95,6 +116,8 @@ async def drive(app: GrpcApp, bodies: list[bytes], calls: int) -> float:
         await app(scope, receive, send)
         if len(sent) > 64:
             sent.clear()
+        if every_1000 is not None and i % 1000 == 999:
+            every_1000()
     return (time.process_time() - started) / calls
 
 
@@ -103,18 +126,41 @@ def framed(workload: Workload, count: int) -> list[bytes]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    print("| descriptors | no-op µs/call | Sluice µs/call | Sluice − no-op µs | × no-op |")
-    print("|---|---|---|---|---|")
+    header = "| descriptors | no-op µs/call | Sluice µs/call | Sluice − no-op µs | × no-op |"
+    rule = "|---|---|---|---|---|"
+    if args.statsd:
+        header += " Sluice + statsd hook µs/call | + statsd flush µs/call |"
+        rule += "---|---|"
+    print(header)
+    print(rule)
     for descriptors in args.descriptors:
         bodies = framed(Workload(keyspace=args.keyspace, descriptors=descriptors), 1000)
         noop, sluice = noop_app(), sluice_app()
         await drive(sluice, bodies, 2000)  # warm
-        noop_runs, sluice_runs = [], []
+        noop_runs, sluice_runs, hook_runs, flush_runs = [], [], [], []
+        if args.statsd:
+            sink, listener = statsd_sink()
+            recorder = UsageRecorder()
+            with_statsd = sluice_app(sink, recorder)
+
+            def flush(sink: StatsdSink = sink, recorder: UsageRecorder = recorder) -> None:
+                sink.add_usage(recorder.drain())
+                sink.flush()
+
+            await drive(with_statsd, bodies, 2000, flush)  # warm
         for _ in range(args.repeat):
             noop_runs.append(await drive(noop, bodies, args.calls))
             sluice_runs.append(await drive(sluice, bodies, args.calls))
+            if args.statsd:
+                hook_runs.append(await drive(with_statsd, bodies, args.calls))
+                sink.lines()  # what the hook gathered, dropped untimed
+                flush_runs.append(await drive(with_statsd, bodies, args.calls, flush))
         a, b = min(noop_runs) * 1e6, min(sluice_runs) * 1e6
-        print(f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |")
+        row = f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |"
+        if args.statsd:
+            listener.close()
+            row += f" {min(hook_runs) * 1e6:.1f} | {min(flush_runs) * 1e6:.1f} |"
+        print(row)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -130,6 +176,7 @@ def main() -> None:
     parser.add_argument("--keyspace", type=int, default=1000)
     parser.add_argument("--descriptors", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--profile", help="write a cProfile of the Sluice path here")
+    parser.add_argument("--statsd", action="store_true", help="also measure with statsd on")
     args = parser.parse_args()
     try:
         import uvloop

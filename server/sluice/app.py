@@ -30,12 +30,13 @@ from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
 from sluice.redaction import redact_url
 from sluice.settings import Settings
+from sluice.statsd import StatsdSink, parse_tags
 from sluice.tls import ServerTls
 from sluice.usage.flusher import UsageFlusher
-from sluice.usage.recorder import UsageRecorder
+from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
 
-__all__ = ["GrpcFront", "Sluice", "freeze_startup_heap", "make_backend"]
+__all__ = ["GrpcFront", "Sluice", "freeze_startup_heap", "make_backend", "make_statsd"]
 
 log = logging.getLogger("sluice")
 
@@ -62,6 +63,22 @@ def make_backend(settings: Settings) -> Backend:
     if settings.local_cache:
         backend = OverLimitCache(backend, max_keys=settings.local_cache_max_keys)
     return backend
+
+
+def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> StatsdSink | None:
+    """envoyproxy/ratelimit's statsd metrics, when ``statsd_address`` names a destination."""
+    if not settings.statsd_address:
+        return None
+    host, _, port = settings.statsd_address.rpartition(":")
+    log.info("statsd metrics to %s:%s every %gs", host, port, settings.statsd_flush_interval_s)
+    return StatsdSink(
+        host.strip("[]"),
+        int(port),
+        flavor=settings.statsd_flavor,
+        tags=parse_tags(settings.statsd_tags),
+        flush_interval_s=settings.statsd_flush_interval_s,
+        state=state,
+    )
 
 
 def freeze_startup_heap() -> None:
@@ -125,8 +142,9 @@ class Sluice:
             ),
             recorder=self.recorder,
         )
+        self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
-        self.rls = RateLimitCore(self.limiter, self.metrics)
+        self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd)
         self._grpc_front = grpc_front
         self._serving = False
         self._grpc: GrpcFront | None = None
@@ -157,9 +175,14 @@ class Sluice:
             UsageStore(store.database),
             self.clock,
             interval_s=s.usage_flush_interval_s,
-            on_drain=self.metrics.record_usage,
+            on_drain=self._on_drain,
         )
         self.reloader.load_initial()
+
+    def _on_drain(self, drained: dict[str, RuleUsage]) -> None:
+        self.metrics.record_usage(drained)
+        if self.statsd is not None:
+            self.statsd.add_usage(drained)
 
     def status(self) -> dict[str, object]:
         config = self.reloader.status.as_dict() if self.reloader is not None else {}
@@ -186,6 +209,9 @@ class Sluice:
         state.update(self.backend.metric_values())
         if self.flusher is not None:
             state["usage_flush_failures"] = self.flusher.failures
+        state["redis_errors"] = self.limiter.backend_errors
+        state["global_shadow_answers"] = self.limiter.global_shadow_answers
+        state["service_errors"] = self.rls.internal_errors
         return state
 
     async def start(self, *, serving: bool = True) -> None:
@@ -242,6 +268,8 @@ class Sluice:
         if self.flusher is not None:
             self.flusher.start()
         self.metrics.start()
+        if self.statsd is not None:
+            self.statsd.start()
         self._serving = serving
         if not serving:
             await self._grpc.set_serving(False)
@@ -285,6 +313,8 @@ class Sluice:
             await self._http.cleanup()
         if self.flusher is not None:
             await self.flusher.stop()
+        if self.statsd is not None:
+            await self.statsd.stop()  # after the flusher's last drain: nothing is left out
         await self.metrics.stop()
         await self.backend.close()
 

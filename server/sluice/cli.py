@@ -1,4 +1,5 @@
-"""The ``sluice`` command: serve, check, import, export, history, diff, rollback, settings,
+"""The ``sluice`` command: serve, check, import, export, history, diff, rollback,
+migrate-counters, settings,
 and the commands installed packages add through the ``sluice.commands`` entry point group
 (the admin app's ``admin`` and ``admin-user``, see sluice_admin/cli.py).
 
@@ -105,7 +106,33 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(rollback, only=("database_url", "log_level"))
     rollback.set_defaults(handler=_rollback)
 
-    # Here, between rollback and settings: --help lists commands in the order they are added.
+    migrate = sub.add_parser(
+        "migrate-counters",
+        help="move envoyproxy/ratelimit's fixed-window counters in Redis into Sluice's",
+    )
+    migrate.add_argument(
+        "--upstream-prefix",
+        default=None,
+        help="upstream's CACHE_KEY_PREFIX [default: $CACHE_KEY_PREFIX, else empty]",
+    )
+    add_arguments(
+        migrate,
+        only=(
+            "config",
+            "database_url",
+            "redis_url",
+            "redis_tls_ca_file",
+            "redis_tls_cert_file",
+            "redis_tls_key_file",
+            "redis_key_prefix",
+            "redis_timeout_ms",
+            "max_sliding_log_limit",
+            "log_level",
+        ),
+    )
+    migrate.set_defaults(handler=_migrate_counters)
+
+    # Here, between migrate-counters and settings: --help lists commands in the order added.
     _add_installed_commands(sub)
 
     show = sub.add_parser(
@@ -199,6 +226,60 @@ def _rollback(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{args.domain}: version {args.to_version}'s rules are already live; nothing to do")
     else:
         print(f"{args.domain}: version {version} restores version {args.to_version}")
+    return 0
+
+
+def _migrate_counters(args: argparse.Namespace, settings: Settings) -> int:
+    """Upstream's counters of the current windows, added to Sluice's for the same rules:
+    the policies are ``--config``'s (upstream's RUNTIME_* directory), else the database's."""
+    import time
+
+    from redis.exceptions import RedisError
+
+    from sluice.backends.redis.connect import RedisTls, connect
+    from sluice.backends.redis.migrate import migrate_counters
+    from sluice.errors import BackendUnavailableError
+    from sluice.policies.yaml_format import load_sources
+    from sluice.redaction import redact_url
+
+    limit = settings.max_sliding_log_limit
+    if settings.config:
+        policies = load_path(settings.config, max_log_limit=limit)
+    else:
+        with PolicyStore(settings.database_url) as store:
+            current = store.current()
+        sources = ((f"database:{d}@v{s.version}", s.document) for d, s in current.items())
+        policies = load_sources(sources, max_log_limit=limit)
+    upstream_prefix = args.upstream_prefix
+    if upstream_prefix is None:
+        upstream_prefix = os.environ.get("CACHE_KEY_PREFIX", "")
+    client = connect(
+        settings.redis_url,
+        pool_size=1,
+        timeout_s=max(settings.redis_timeout_ms / 1000, 1.0),  # a one-off: no hurry
+        tls=RedisTls(
+            settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
+        ),
+    )
+
+    async def run() -> str:
+        try:
+            report = await migrate_counters(
+                client,
+                policies,
+                upstream_prefix=upstream_prefix,
+                sluice_prefix=settings.redis_key_prefix,
+                now=time.time(),
+            )
+        except RedisError as exc:
+            # What was moved before stays moved; a rerun moves the rest.
+            where = redact_url(settings.redis_url)
+            raise BackendUnavailableError(f"Redis at {where}: {exc}") from None
+        finally:
+            await client.aclose()
+        return report.summary()
+
+    print(asyncio.run(run()))
     return 0
 
 

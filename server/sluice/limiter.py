@@ -78,6 +78,8 @@ class RateLimiter:
         self._clock = clock
         self._settings = settings
         self._recorder = recorder
+        self.backend_errors = 0  # requests whose backend call failed (upstream's redis_error)
+        self.global_shadow_answers = 0  # OVER_LIMIT answered OK by global shadow mode
 
     async def should_rate_limit(self, request: RateLimitRequest) -> Decision:
         check_request(request, self._settings.bounds)
@@ -123,6 +125,7 @@ class RateLimiter:
                 else:
                     outcomes = await self._backend.apply(hits, self._clock.now())
             except BackendUnavailableError:
+                self.backend_errors += 1
                 if recorder is not None:
                     for a in applicable:
                         recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
@@ -135,17 +138,26 @@ class RateLimiter:
                 else:
                     status, admitted = _status(a, outcomes[n])
                     if recorder is not None:
-                        self._record(a, status, admitted)
+                        self._record(a, status, admitted, outcomes[n])
                 statuses[a.index] = status
                 if status.code is Code.OVER_LIMIT:
                     over = True
 
         final = tuple(statuses)
-        overall = Code.OVER_LIMIT if over and not self._settings.global_shadow_mode else Code.OK
+        overall = Code.OVER_LIMIT if over else Code.OK
+        if over and self._settings.global_shadow_mode:
+            overall = Code.OK
+            self.global_shadow_answers += 1
         headers = _rate_limit_headers(final, overall) if self._settings.response_headers else ()
         return Decision(overall, final, headers)
 
-    def _record(self, a: _Applicable, status: DescriptorStatus, admitted: bool) -> None:
+    def _record(
+        self,
+        a: _Applicable,
+        status: DescriptorStatus,
+        admitted: bool,
+        outcomes: Sequence[Outcome],
+    ) -> None:
         recorder = self._recorder
         assert recorder is not None
         if admitted:
@@ -158,7 +170,9 @@ class RateLimiter:
         # The concrete values: who is being limited (only built for refused hits).
         offender = ",".join(a.match.counter_key[1:])
         kind = SHADOW_OVER if a.match.shadow_mode else OVER_LIMIT
-        recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender)
+        # The local over-limit cache answers a hit whole: all its outcomes are its own.
+        local = outcomes[0].local
+        recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender, local=local)
 
     def _failed(self, a: _Applicable) -> DescriptorStatus:
         if self._settings.failure_mode == "allow":

@@ -22,6 +22,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
     values,
 )
@@ -31,13 +32,29 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from sluice.periodic import Periodic
-from sluice.usage.recorder import COUNTER_NAMES, RuleUsage
+from sluice.usage.recorder import (
+    ALLOWED,
+    BACKEND_ERROR,
+    NEAR_LIMIT,
+    OVER_LIMIT,
+    SHADOW_OVER,
+    RuleUsage,
+)
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 GaugeMode = Literal["livesum", "livemin", "livemax"]
+
+# sluice_rule_hits' results: exclusive, so summing them over `result` is every hit once
+# (near-limit hits, a share of the allowed ones, have a counter of their own).
+_RESULTS = (
+    (ALLOWED, "allowed"),
+    (OVER_LIMIT, "over_limit"),
+    (SHADOW_OVER, "shadow_over_limit"),
+    (BACKEND_ERROR, "backend_error"),
+)
 
 # Totals kept elsewhere (reloader, backend, flusher). Across workers: summed, dead workers'
 # last figures included, so a restarted worker does not make a total go down.
@@ -77,6 +94,9 @@ class Metrics:
     ) -> None:
         """``multiprocess_dir``: this process is one of several workers whose metrics are
         added up (``PROMETHEUS_MULTIPROC_DIR``, set before prometheus_client was imported)."""
+        # No *_created series: a sample per counter that dashboards never use, and that
+        # differs between workers (prometheus_client's switch is process-wide).
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.multiprocess = multiprocess_dir is not None
         own = None if self.multiprocess else self.registry
@@ -99,6 +119,18 @@ class Metrics:
             ["domain", "rule", "result"],
             registry=own,
         )
+        self.rule_total_hits = Counter(
+            "sluice_rule_total_hits",
+            "Hits per rule, whatever the result (envoyproxy/ratelimit's total_hits).",
+            ["domain", "rule"],
+            registry=own,
+        )
+        self.rule_near_limit = Counter(
+            "sluice_rule_near_limit",
+            "Allowed hits that found at least near_limit_ratio of the limit used.",
+            ["domain", "rule"],
+            registry=own,
+        )
         self.request_seconds = Histogram(
             "sluice_request_duration_seconds",
             "Time to answer ShouldRateLimit, by transport and outcome.",
@@ -110,9 +142,17 @@ class Metrics:
     def record_usage(self, drained: dict[str, RuleUsage]) -> None:
         for rule, usage in drained.items():
             domain = rule.split(".", 1)[0]
-            for name, value in zip(COUNTER_NAMES, usage.counts, strict=True):
+            counts = usage.counts
+            total = 0
+            for index, result in _RESULTS:
+                value = counts[index]
                 if value:
-                    self.rule_hits.labels(domain, rule, name).inc(value)
+                    total += value
+                    self.rule_hits.labels(domain, rule, result).inc(value)
+            if total:
+                self.rule_total_hits.labels(domain, rule).inc(total)
+            if counts[NEAR_LIMIT]:
+                self.rule_near_limit.labels(domain, rule).inc(counts[NEAR_LIMIT])
 
     def refresh(self) -> None:
         """Workers: copy this process's state values to the shared files (else nothing)."""

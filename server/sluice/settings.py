@@ -146,6 +146,16 @@ class Settings:
     near_limit_ratio: float = _setting(
         0.8, "Share of a limit used from which a hit counts as near the limit (telemetry)."
     )
+    statsd_address: str = _setting(
+        "",
+        "HOST:PORT to send envoyproxy/ratelimit's statsd metrics to, by UDP (its names, "
+        "docs/migrating.md); empty: no statsd.",
+    )
+    statsd_flavor: str = _setting(
+        "statsd", "statsd, or dogstatsd (tags as |#key:value rather than in the name)."
+    )
+    statsd_tags: str = _setting("", "Tags added to every statsd metric: KEY:VALUE,...")
+    statsd_flush_interval_s: float = _setting(10.0, "How often statsd metrics are sent.")
     usage_flush_interval_s: float = _setting(
         1.0, "How often usage telemetry is flushed to the config database."
     )
@@ -303,6 +313,7 @@ def _raw_value(
 def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> None:
     from sluice.limiter import FAILURE_MODES
     from sluice.model import LIMIT_OVERRIDES
+    from sluice.statsd import FLAVORS, parse_tags
 
     def named(name: str) -> str:
         # A value from upstream's variables is named by them, else by its flag.
@@ -360,6 +371,23 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
             f"{named('log_level')}: '{settings.log_level}' is not one of "
             "DEBUG, INFO, WARNING, ERROR or CRITICAL"
         )
+    if settings.statsd_address:
+        host, colon, port = settings.statsd_address.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"{named('statsd_address')}: '{settings.statsd_address}' is not HOST:PORT"
+            )
+    if settings.statsd_flavor not in FLAVORS:
+        raise ValueError(
+            f"{named('statsd_flavor')}: '{settings.statsd_flavor}' is not one of "
+            f"{', '.join(FLAVORS)}"
+        )
+    try:
+        parse_tags(settings.statsd_tags)
+    except ValueError as exc:
+        raise ValueError(f"{named('statsd_tags')}: {exc}") from None
+    if settings.statsd_flush_interval_s <= 0:
+        raise ValueError(f"{named('statsd_flush_interval_s')}: must be above 0")
     if settings.log_format not in LOG_FORMATS:
         raise ValueError(
             f"{named('log_format')}: '{settings.log_format}' is not one of {', '.join(LOG_FORMATS)}"

@@ -232,6 +232,39 @@ def _grpc_tls(name: str) -> Reader:
     return read
 
 
+_STATSD_PARTS = ("USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "DISABLE_STATS")
+
+
+def _statsd_address(env: Mapping[str, str]) -> str | None:
+    """Upstream sends statsd (``USE_STATSD`` defaults to true) to ``STATSD_HOST``:
+    ``STATSD_PORT`` (localhost:8125). Sluice does when any of these four is set: a Deployment
+    that names a statsd destination, or turns statsd on, gets it; one that says nothing
+    does not. ``DISABLE_STATS=true`` turns it off, as upstream."""
+    if "DISABLE_STATS" in env and _go_bool("DISABLE_STATS", env["DISABLE_STATS"]):
+        return None
+    statsd = _go_bool("USE_STATSD", env["USE_STATSD"]) if "USE_STATSD" in env else True
+    dog = _go_bool("USE_DOG_STATSD", env["USE_DOG_STATSD"]) if "USE_DOG_STATSD" in env else False
+    if dog and "USE_STATSD" in env and statsd:
+        raise ValueError("USE_STATSD, USE_DOG_STATSD: set one of them, not both (as upstream)")
+    if not (statsd or dog):
+        return None  # off: Sluice's default
+    port = env.get("STATSD_PORT", "8125").strip()
+    if not port.isdigit():
+        raise ValueError(f"STATSD_PORT: '{env['STATSD_PORT']}' is not a valid int")
+    return f"{env.get('STATSD_HOST', 'localhost').strip()}:{port}"
+
+
+def _statsd_flavor(env: Mapping[str, str]) -> str:
+    return "dogstatsd" if _go_bool("USE_DOG_STATSD", env["USE_DOG_STATSD"]) else "statsd"
+
+
+def _statsd_flush_interval_s(env: Mapping[str, str]) -> float:
+    ms = go_duration_ms("STATS_FLUSH_INTERVAL", env["STATS_FLUSH_INTERVAL"])
+    if ms <= 0:
+        raise ValueError(f"STATS_FLUSH_INTERVAL: '{env['STATS_FLUSH_INTERVAL']}' must be above 0")
+    return ms / 1000
+
+
 HONOURED: tuple[Honoured, ...] = (
     Honoured(
         "config", ("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), _config_dir
@@ -273,9 +306,12 @@ HONOURED: tuple[Honoured, ...] = (
     Honoured("near_limit_ratio", ("NEAR_LIMIT_RATIO",), _text("NEAR_LIMIT_RATIO")),
     Honoured("log_level", ("LOG_LEVEL",), _log_level),
     Honoured("log_format", ("LOG_FORMAT",), _log_format),
+    Honoured("statsd_address", _STATSD_PARTS, _statsd_address),
+    Honoured("statsd_flavor", ("USE_DOG_STATSD",), _statsd_flavor),
+    Honoured("statsd_tags", ("EXTRA_TAGS",), _text("EXTRA_TAGS")),
+    Honoured("statsd_flush_interval_s", ("STATS_FLUSH_INTERVAL",), _statsd_flush_interval_s),
 )
 
-_STATSD = "statsd is not built yet; Prometheus metrics are at /metrics on PORT"
 _XDS = "xDS configuration is not supported: publish with sluice import or the write API"
 _PER_SECOND = "not needed: one Redis (REDIS_URL) holds every limit"
 _MEMCACHE = "memcache is not supported"
@@ -323,14 +359,10 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
         NotHonoured(f"XDS_CLIENT_BACKOFF_{name}", _XDS)
         for name in ("INITIAL_INTERVAL", "MAX_INTERVAL", "RANDOM_FACTOR", "JITTER")
     ),
-    NotHonoured("USE_STATSD", _STATSD, _true),
-    NotHonoured("STATSD_HOST", _STATSD),
-    NotHonoured("STATSD_PORT", _STATSD),
-    NotHonoured("USE_DOG_STATSD", _STATSD, _true),
-    NotHonoured("USE_DOG_STATSD_MOGRIFIERS", _STATSD),
-    NotHonoured("EXTRA_TAGS", _STATSD),
-    NotHonoured("STATS_FLUSH_INTERVAL", _STATSD),
-    NotHonoured("DISABLE_STATS", "/metrics is always served on PORT", _true),
+    NotHonoured(
+        "USE_DOG_STATSD_MOGRIFIERS", "metric names are not rewritten into tags: names as upstream"
+    ),
+    NotHonoured("DISABLE_STATS", "/metrics is always served on PORT (statsd is off)", _true),
     NotHonoured(
         "USE_PROMETHEUS", "metrics are served at /metrics on PORT, not PROMETHEUS_ADDR", _true
     ),

@@ -234,6 +234,11 @@ def test_two_servers_add_up_exactly_in_the_store(
         text = response.read().decode()
     assert 'sluice_rule_hits_total{domain="shop",result="allowed",rule="shop.user"} 3.0' in text
     assert 'sluice_rule_hits_total{domain="shop",result="over_limit",rule="shop.user"} 2.0' in text
+    # Results are exclusive (a sum over them counts each hit once); total_hits is that sum.
+    assert 'sluice_rule_total_hits_total{domain="shop",rule="shop.user"} 5.0' in text
+    assert 'sluice_rule_near_limit_total{domain="shop",rule="shop.user"} 1.0' in text
+    assert 'result="near_limit"' not in text
+    assert "_created" not in text
     assert "sluice_request_duration_seconds_bucket" in text
     assert "sluice_config_database_up 1.0" in text
     assert "process_resident_memory_bytes" in text

@@ -145,6 +145,9 @@ def test_global_shadow_mode_answers_ok_but_keeps_statuses() -> None:
     decision = ask(limiter, d(("user", "a")), hits=4)
     assert decision.overall_code is Code.OK
     assert decision.statuses[0].code is Code.OVER_LIMIT
+    assert limiter.global_shadow_answers == 1  # upstream's global_shadow_mode counter
+    ask(limiter, d(("nothing", "x")))
+    assert limiter.global_shadow_answers == 1  # nothing was over: not counted
 
 
 def test_limit_override_replaces_the_configured_limit() -> None:
@@ -315,7 +318,9 @@ def failing(mode: str) -> RateLimiter:
 
 
 def test_failure_mode_allow_answers_ok_without_a_limit() -> None:
-    decision = ask(failing("allow"), d(("user", "a")), d(("free", "x")))
+    limiter = failing("allow")
+    decision = ask(limiter, d(("user", "a")), d(("free", "x")))
+    assert limiter.backend_errors == 1  # one request, one failed round trip (redis_error)
     assert decision.overall_code is Code.OK
     assert decision.statuses[0] == DescriptorStatus(Code.OK)
     assert decision.statuses[1].limit_remaining == UNLIMITED_REMAINING

@@ -95,6 +95,15 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"LOG_LEVEL": "trace"}, "log_level", "DEBUG"),
         ({"LOG_LEVEL": "panic"}, "log_level", "CRITICAL"),
         ({"LOG_FORMAT": "json"}, "log_format", "json"),
+        # upstream's USE_STATSD defaults to true, to localhost:8125
+        ({"USE_STATSD": "true"}, "statsd_address", "localhost:8125"),
+        ({"STATSD_HOST": "statsd", "STATSD_PORT": "9125"}, "statsd_address", "statsd:9125"),
+        ({"USE_STATSD": "false", "STATSD_HOST": "statsd"}, "statsd_address", ""),
+        ({"USE_DOG_STATSD": "true"}, "statsd_address", "localhost:8125"),
+        ({"USE_DOG_STATSD": "true"}, "statsd_flavor", "dogstatsd"),
+        ({"EXTRA_TAGS": "env:prod,team:edge"}, "statsd_tags", "env:prod,team:edge"),
+        ({"STATS_FLUSH_INTERVAL": "500ms"}, "statsd_flush_interval_s", 0.5),
+        ({"USE_STATSD": "true", "DISABLE_STATS": "true"}, "statsd_address", ""),
     ],
 )  # fmt: skip
 def test_upstream_variables_are_honoured(environ: dict, setting: str, value: Any) -> None:
@@ -161,6 +170,16 @@ def test_every_honoured_row_names_a_setting() -> None:
             "warning",
         ),
         ({"LOG_FORMAT": "xml"}, "LOG_FORMAT: 'xml' is not text or json"),
+        (
+            {"USE_STATSD": "true", "USE_DOG_STATSD": "true"},
+            "USE_STATSD, USE_DOG_STATSD: set one of them, not both (as upstream)",
+        ),
+        ({"STATSD_PORT": "udp"}, "STATSD_PORT: 'udp' is not a valid int"),
+        ({"EXTRA_TAGS": "env"}, "EXTRA_TAGS: 'env' is not KEY:VALUE"),
+        (
+            {"STATS_FLUSH_INTERVAL": "10"},
+            "STATS_FLUSH_INTERVAL: '10' is not a duration (e.g. 100ms, 10s, 1m30s)",
+        ),
     ],
 )  # fmt: skip
 def test_bad_upstream_values_name_their_variable(environ: dict, message: str) -> None:
@@ -252,10 +271,10 @@ def test_what_sluice_does_as_upstream_is_not_named(environ: dict[str, str]) -> N
 
 
 def test_the_warning_is_one_line_naming_each_variable_once() -> None:
-    environ = {"USE_STATSD": "true", "STATSD_HOST": "s", "DEBUG_PORT": "6070", "PATH": "/bin"}
+    environ = {"USE_PROMETHEUS": "true", "GRPC_UDS": "s", "DEBUG_PORT": "6070", "PATH": "/bin"}
     line = warning_line(environ)
     assert line is not None and "\n" not in line
-    assert re.findall(r"([A-Z_]+) \(", line) == ["DEBUG_PORT", "USE_STATSD", "STATSD_HOST"]
+    assert re.findall(r"([A-Z_]+) \(", line) == ["DEBUG_PORT", "GRPC_UDS", "USE_PROMETHEUS"]
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ class Outcome:
     reset_s: float
     delay_s: float = 0.0  # leaky_bucket: how long the admitted hit must wait for its turn
     fits: bool = True  # False: the cost can never be admitted (cost > limit or burst)
+    local: bool = False  # a refusal answered by the local over-limit cache, not the backend
 
 
 # (state or None, limit, now, cost) -> (new state, outcome); a refused hit returns the old

@@ -119,7 +119,10 @@ class OverLimitCache:
                 if self._refusals:
                     self._refusals.pop(key, None)
                 continue
-            self._refusals[key] = _Refusal(now, now + wait, hit.cost, per_limit)
+            # Marked as this cache's answers, which the statistics count apart (upstream's
+            # over_limit_with_local_cache).
+            local = tuple(replace(o, local=True) for o in per_limit)
+            self._refusals[key] = _Refusal(now, now + wait, hit.cost, local)
             self._refusals.move_to_end(key)
             if len(self._refusals) > self.max_keys:
                 self._refusals.popitem(last=False)

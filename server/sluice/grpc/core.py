@@ -29,6 +29,7 @@ from sluice.grpc.codec import parse_request
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
 from sluice.model import Code, Decision, RateLimitRequest
+from sluice.statsd import StatsdSink
 
 __all__ = [
     "DRAINING_MESSAGE",
@@ -64,8 +65,15 @@ def decode_request(data: bytes) -> RateLimitRequest | UndecodableRequest:
 
 
 class RateLimitCore:
-    def __init__(self, limiter: RateLimiter, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        metrics: Metrics | None = None,
+        statsd: StatsdSink | None = None,
+    ) -> None:
         self._limiter = limiter
+        self._statsd = statsd
+        self.internal_errors = 0  # calls answered INTERNAL (upstream's service_error)
         self._latency = metrics.request_seconds if metrics is not None else None
         # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
         self._observers: dict[str, Any] = {}
@@ -113,6 +121,7 @@ class RateLimitCore:
             # and the caller's own policy (Envoy's failure_mode_deny) decides the rest.
             status = status_of(exc)
             if status is None:
+                self.internal_errors += 1
                 log.exception("ShouldRateLimit failed for domain %r", _domain(request))
                 raise GrpcError(Status.INTERNAL, INTERNAL_MESSAGE) from None
             if isinstance(exc, InvalidRequestError):
@@ -120,17 +129,21 @@ class RateLimitCore:
             raise GrpcError(Status[status.grpc], str(exc)) from None
         except Exception:
             # Envoy fails open on any RLS error; log it loudly so it is not silent here too.
+            self.internal_errors += 1
             log.exception("ShouldRateLimit failed for domain %r", _domain(request))
             raise GrpcError(Status.INTERNAL, INTERNAL_MESSAGE) from None
         finally:
             self._in_flight -= 1
             if self._draining and self._in_flight == 0:
                 self._idle.set()
+            elapsed = time.perf_counter() - started
             if self._latency is not None:
                 observer = self._observers.get(code)
                 if observer is None:
                     observer = self._observers[code] = self._latency.labels("grpc", code)
-                observer.observe(time.perf_counter() - started)
+                observer.observe(elapsed)
+            if self._statsd is not None:
+                self._statsd.observe_request(elapsed)
         return decision
 
 

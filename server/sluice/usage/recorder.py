@@ -34,6 +34,7 @@ COUNTER_NAMES = ("allowed", "over_limit", "shadow_over_limit", "near_limit", "ba
 class RuleUsage:
     counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
     offenders: SpaceSaving | None = None  # over-limit keys (concrete descriptor values)
+    local_refusals: int = 0  # of the over-limit hits, those the local cache refused
 
 
 class UsageRecorder:
@@ -50,6 +51,7 @@ class UsageRecorder:
         cost: int = 1,
         offender: str | None = None,
         near: bool = False,
+        local: bool = False,
     ) -> None:
         usage = self._rules.get(rule_id)
         if usage is None:
@@ -59,6 +61,8 @@ class UsageRecorder:
         usage.counts[kind] += cost
         if near:
             usage.counts[NEAR_LIMIT] += cost
+        if local:
+            usage.local_refusals += cost
         if offender is not None:
             if usage.offenders is None:
                 usage.offenders = SpaceSaving(self.top_keys)

@@ -1,0 +1,285 @@
+"""envoyproxy/ratelimit's statsd metrics, with its names and types, so its dashboards and
+alerts keep working on Sluice (docs/migrating.md, "Metrics").
+
+What is sent, every ``flush_interval_s`` (upstream's ``STATS_FLUSH_INTERVAL``):
+
+* ``ratelimit.service.rate_limit.<key path>.{total_hits,over_limit,near_limit,within_limit,
+  shadow_mode,over_limit_with_local_cache}``, counters per rule. The key path is
+  ``metric_key``'s; by default a rule's place in its domain (``domain.key_value.key``),
+  which is Sluice's rule id.
+* ``ratelimit_server.ShouldRateLimit.total_requests`` (counter) and ``.response_time``
+  (timer, milliseconds), one timer sample per call.
+* ``ratelimit.service.config_load_success`` / ``config_load_error``,
+  ``ratelimit.service.call.should_rate_limit.redis_error`` / ``service_error``,
+  ``ratelimit.service.global_shadow_mode``: counters, the increase of totals kept elsewhere
+  (``state``).
+
+The request path pays for one call of ``observe_request`` (a counter and a list append);
+the per-rule counters come from the usage recorder's drain, which the request path already
+feeds. Everything else (names, sums, datagrams) happens at flush, on the event loop, in UDP
+datagrams of at most ``MAX_DATAGRAM_BYTES``.
+
+Tags (``EXTRA_TAGS``) are written as upstream's sinks write them: DogStatsD appends
+``|#k:v,...``; plain statsd (lyft/gostats) folds them into the name as ``.__k=v``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
+
+from sluice.periodic import Periodic
+from sluice.usage.recorder import (
+    ALLOWED,
+    BACKEND_ERROR,
+    NEAR_LIMIT,
+    OVER_LIMIT,
+    SHADOW_OVER,
+    RuleUsage,
+)
+
+__all__ = [
+    "MAX_DATAGRAM_BYTES",
+    "FLAVORS",
+    "StatsdSink",
+    "metric_key",
+    "parse_tags",
+    "sanitize",
+]
+
+log = logging.getLogger(__name__)
+
+FLAVORS = ("statsd", "dogstatsd")
+# What fits in one Ethernet frame with IP and UDP headers to spare (statsd clients' usual size).
+MAX_DATAGRAM_BYTES = 1432
+# Timer samples kept per flush; past it, the kept ones are sent with a sample rate.
+MAX_TIMER_SAMPLES = 20_000
+
+_RATE_LIMIT = "ratelimit.service.rate_limit."
+_SERVER = "ratelimit_server.ShouldRateLimit."
+# Totals in ``state`` and the upstream counter each one's increase is sent as.
+_STATE_COUNTERS = {
+    "config_loads": "ratelimit.service.config_load_success",
+    "config_invalid_versions": "ratelimit.service.config_load_error",
+    "redis_errors": "ratelimit.service.call.should_rate_limit.redis_error",
+    "service_errors": "ratelimit.service.call.should_rate_limit.service_error",
+    "global_shadow_answers": "ratelimit.service.global_shadow_mode",
+}
+_IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
+_TAG_VALUE_UNSAFE = re.compile(r"[.:|]")
+
+
+def sanitize(name: str) -> str:
+    """Upstream's ``SanitizeStatName``: ``:`` and ``|`` become ``_`` (they would end the
+    name in a statsd line), and so do the dots of an IPv4 address in a value."""
+    name = name.replace(":", "_").replace("|", "_")
+    return _IPV4.sub(lambda m: m.group(0).replace(".", "_"), name)
+
+
+def metric_key(
+    domain: str,
+    entries: Sequence[tuple[str, str]],
+    rule_path: Sequence[tuple[str, str | None]],
+    *,
+    detailed_metric: bool = False,
+    value_to_metric: Sequence[bool] = (),
+) -> str:
+    """Upstream's stat key path for a descriptor (before ``sanitize``).
+
+    ``entries``: the request's (key, value) pairs; ``rule_path``: the matched rule's
+    (key, configured value or None) at each level, as in the YAML. By default the path is
+    the rule's own (``domain.key_value.key``), which is Sluice's rule id. A rule with
+    ``detailed_metric`` puts every request value in (``domain.key_value.key_value``, even an
+    empty value as ``key_``); ``value_to_metric[i]`` puts the request's value in at level
+    ``i`` where the rule has none or a wildcard. Both default to off: they are rule keys of
+    the YAML, passed here as they are."""
+    if detailed_metric:
+        return domain + "".join(f".{key}_{value}" for key, value in entries)
+    parts = [domain]
+    for i, ((key, value), (_, configured)) in enumerate(zip(entries, rule_path, strict=False)):
+        to_metric = i < len(value_to_metric) and value_to_metric[i]
+        if configured is not None and "*" not in configured:
+            parts.append(f"{key}_{configured}")  # an exact value: it is the request's
+        elif to_metric:
+            parts.append(f"{key}_{value}" if value else key)
+        elif configured is not None:
+            parts.append(f"{key}_{configured}")  # a wildcard keeps its pattern
+        else:
+            parts.append(key)
+    return ".".join(parts)
+
+
+def parse_tags(text: str) -> dict[str, str]:
+    """Upstream's ``EXTRA_TAGS``: ``k1:v1,k2:v2``; ValueError naming the bad item."""
+    tags: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, colon, value = item.partition(":")
+        if not colon or not key.strip():
+            raise ValueError(f"'{item}' is not KEY:VALUE")
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+class StatsdSink:
+    """Counts in memory, sends statsd lines on a timer. ``send`` takes one datagram (tests
+    and benchmarks pass their own; by default a UDP socket to ``host``:``port``)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        flavor: str = "statsd",
+        tags: Mapping[str, str] | None = None,
+        flush_interval_s: float = 10.0,
+        state: Callable[[], Mapping[str, float]] | None = None,
+        send: Callable[[bytes], object] | None = None,
+    ) -> None:
+        if flavor not in FLAVORS:
+            raise ValueError(f"statsd flavor must be one of {FLAVORS}")
+        self._address = (host, port)
+        self._state = state
+        self._send = send
+        self._socket: socket.socket | None = None
+        self._suffix, self._tag_name = _tag_forms(flavor, dict(tags or {}))
+        self._counters: dict[str, int] = {}
+        self._state_seen: dict[str, float] = {}
+        self._names: dict[str, str] = {}  # rule id -> its sanitized metric prefix
+        self._requests = 0
+        self._times_ms: list[float] = []
+        self._periodic = Periodic("statsd flush", flush_interval_s, self._flush_async)
+        self.send_failures = 0
+
+    # -- the request path -------------------------------------------------------------
+
+    def observe_request(self, seconds: float) -> None:
+        """One ShouldRateLimit call and how long it took."""
+        self._requests += 1
+        times = self._times_ms
+        if len(times) < MAX_TIMER_SAMPLES:
+            times.append(seconds * 1000.0)
+
+    # -- off the request path ---------------------------------------------------------
+
+    def add_usage(self, drained: Mapping[str, RuleUsage]) -> None:
+        """Per-rule counts from the usage recorder's drain (``UsageFlusher``'s ``on_drain``)."""
+        counters = self._counters
+        for rule_id, usage in drained.items():
+            name = self._names.get(rule_id)
+            if name is None:
+                name = self._names[rule_id] = _RATE_LIMIT + sanitize(rule_id)
+            c = usage.counts
+            allowed, over, shadow = c[ALLOWED], c[OVER_LIMIT], c[SHADOW_OVER]
+            # Upstream counts a hit in total_hits before asking Redis, so a failed one too;
+            # a shadow rule's refusal is over_limit as well as shadow_mode.
+            for suffix, value in (
+                (".total_hits", allowed + over + shadow + c[BACKEND_ERROR]),
+                (".over_limit", over + shadow),
+                (".near_limit", c[NEAR_LIMIT]),
+                (".within_limit", allowed),
+                (".shadow_mode", shadow),
+                (".over_limit_with_local_cache", usage.local_refusals),
+            ):
+                if value:
+                    key = name + suffix
+                    counters[key] = counters.get(key, 0) + value
+
+    def lines(self) -> list[str]:
+        """Everything counted since the last call, as statsd lines; counting starts afresh."""
+        counters, self._counters = self._counters, {}
+        if self._state is not None:
+            values = self._state()
+            for source, target in _STATE_COUNTERS.items():
+                if source in values:
+                    value = values[source]
+                    increase = value - self._state_seen.get(source, 0.0)
+                    self._state_seen[source] = value
+                    if increase > 0:
+                        counters[target] = counters.get(target, 0) + int(increase)
+        requests, self._requests = self._requests, 0
+        times, self._times_ms = self._times_ms, []
+        if requests:
+            counters[_SERVER + "total_requests"] = requests
+        name, suffix = self._tag_name, self._suffix
+        out = [f"{name(key)}:{value}|c{suffix}" for key, value in counters.items()]
+        if times:
+            timer = name(_SERVER + "response_time")
+            rate = "" if requests <= len(times) else f"|@{len(times) / requests:.6g}"
+            out.extend(f"{timer}:{ms:.3f}|ms{rate}{suffix}" for ms in times)
+        return out
+
+    def flush(self) -> None:
+        """Send what was counted, in datagrams of at most ``MAX_DATAGRAM_BYTES``."""
+        for datagram in pack(self.lines()):
+            try:
+                self._emit(datagram)
+            except OSError as exc:
+                # statsd is best effort, as upstream's sink: count, log once, carry on.
+                self.send_failures += 1
+                if self.send_failures == 1:
+                    log.warning("statsd: cannot send to %s:%d: %s", *self._address, exc)
+
+    def _emit(self, datagram: bytes) -> None:
+        if self._send is not None:
+            self._send(datagram)
+            return
+        if self._socket is None:
+            # Resolved once, at the first flush (a name, IPv4 or IPv6).
+            family, kind, proto, _, address = socket.getaddrinfo(
+                *self._address, type=socket.SOCK_DGRAM
+            )[0]
+            self._socket = socket.socket(family, kind, proto)
+            self._socket.setblocking(False)
+            self._socket.connect(address)
+        self._socket.send(datagram)
+
+    async def _flush_async(self) -> None:
+        self.flush()
+
+    def start(self) -> None:
+        self._periodic.start()
+
+    async def stop(self) -> None:
+        """Stop the timer and send what is left (call after the usage recorder's last drain)."""
+        await self._periodic.stop()
+        self.flush()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+
+def pack(lines: Sequence[str]) -> list[bytes]:
+    """Lines joined by newlines into datagrams of at most ``MAX_DATAGRAM_BYTES`` (a longer
+    line goes alone)."""
+    datagrams: list[bytes] = []
+    current = bytearray()
+    for line in lines:
+        data = line.encode()
+        if current and len(current) + 1 + len(data) > MAX_DATAGRAM_BYTES:
+            datagrams.append(bytes(current))
+            current = bytearray()
+        if current:
+            current += b"\n"
+        current += data
+    if current:
+        datagrams.append(bytes(current))
+    return datagrams
+
+
+def _tag_forms(flavor: str, tags: dict[str, str]) -> tuple[str, Callable[[str], str]]:
+    """The line suffix and the name function that carry ``tags`` in ``flavor``."""
+    if not tags:
+        return "", _same
+    if flavor == "dogstatsd":
+        return "|#" + ",".join(f"{k}:{v}" for k, v in sorted(tags.items())), _same
+    # lyft/gostats: name.__key=value, keys sorted, unsafe characters of values replaced.
+    folded = "".join(f".__{k}={_TAG_VALUE_UNSAFE.sub('_', v)}" for k, v in sorted(tags.items()))
+    return "", lambda name: name + folded
+
+
+def _same(name: str) -> str:
+    return name
