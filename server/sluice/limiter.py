@@ -4,7 +4,9 @@ One request becomes at most one backend call. Per descriptor: a client ``limit``
 (for known domains, unless the domain or ``--limit-overrides`` says to ignore or deny them) or
 the matching rule; ``unlimited`` rules answer OK without counting;
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
-report OVER_LIMIT as OK; a global shadow mode makes the overall answer OK but leaves the
+report OVER_LIMIT as OK; quota-mode rules (envoyproxy/ratelimit's ``quota_mode``) report it
+as OK too, unless every quota-mode descriptor of the request is over, when they all report
+OVER_LIMIT and so does the request; a global shadow mode makes the overall answer OK but leaves the
 statuses untouched, so callers can still see what would have happened.
 
 A rule may hold several limits: its hit is admitted only if all admit it, and the status
@@ -88,6 +90,7 @@ class RateLimiter:
         applicable: list[_Applicable] = []
         replaced: set[str] = set()
         recorder = self._recorder
+        quota_descriptors = 0
         overrides = snapshot.limit_overrides(domain) or self._settings.limit_overrides
         if overrides == "deny":
             _refuse_overrides(request)
@@ -104,6 +107,8 @@ class RateLimiter:
             # Collected before unlimited rules are answered: an unlimited rule's replaces count.
             if match.replaces:
                 replaced.update(match.replaces)
+            if match.quota_mode:
+                quota_descriptors += 1
             if match.unlimited:
                 statuses[i] = _UNLIMITED
                 if recorder is not None:
@@ -115,6 +120,7 @@ class RateLimiter:
             applicable = [a for a in applicable if a.match.name not in replaced]
 
         over = False
+        quota_over: list[int] = []
         if applicable:
             hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
             try:
@@ -138,7 +144,16 @@ class RateLimiter:
                         self._record(a, status, admitted)
                 statuses[a.index] = status
                 if status.code is Code.OVER_LIMIT:
-                    over = True
+                    if a.match.quota_mode:
+                        quota_over.append(a.index)
+                    else:
+                        over = True
+            if quota_over:
+                if len(quota_over) == quota_descriptors:
+                    over = True  # every quota is spent: refused, as upstream refuses it
+                else:
+                    for i in quota_over:
+                        statuses[i] = _within_quota(statuses[i])
 
         final = tuple(statuses)
         overall = Code.OVER_LIMIT if over and not self._settings.global_shadow_mode else Code.OK
@@ -170,6 +185,18 @@ class RateLimiter:
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
 _UNLIMITED = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
+
+
+def _within_quota(status: DescriptorStatus) -> DescriptorStatus:
+    """A quota-mode descriptor over its limit while another quota still has room: OK."""
+    return DescriptorStatus(
+        Code.OK,
+        status.current_limit,
+        status.limit_remaining,
+        status.duration_until_reset_s,
+        status.delay_s,
+        status.reason,
+    )
 
 
 def _refuse_overrides(request: RateLimitRequest) -> None:

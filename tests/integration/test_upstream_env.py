@@ -127,11 +127,7 @@ def test_upstream_deployment_runs_unchanged(tmp_path: Path, redis_url: str) -> N
     warnings = [r["@message"] for r in records if "not honoured" in r["@message"]]
     assert warnings == [
         "upstream settings recognised but not honoured: "
-        "DEBUG_PORT (no debug port: /rlconfig and /metrics are on PORT); "
-        "RUNTIME_ROOT (the config directory is read once at start, not watched yet: restart to "
-        "apply changes); "
-        "RUNTIME_WATCH_ROOT (the config directory is read once at start, not watched yet: "
-        "restart to apply changes)"
+        "DEBUG_PORT (no debug port: /rlconfig and /metrics are on PORT)"
     ]
     assert any(r["level"] == "debug" for r in records)  # LOG_LEVEL=debug
 
