@@ -28,6 +28,7 @@ from sluice.policies.reloader import SnapshotReloader
 from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
+from sluice.policies.watcher import ConfigWatcher
 from sluice.redaction import redact_url
 from sluice.settings import Settings
 from sluice.tls import ServerTls
@@ -133,6 +134,7 @@ class Sluice:
         self._http: web.AppRunner | None = None
         self.reloader: SnapshotReloader | None = None
         self.flusher: UsageFlusher | None = None
+        self.watcher: ConfigWatcher | None = None
         self.service: PolicyService | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -159,6 +161,15 @@ class Sluice:
             interval_s=s.usage_flush_interval_s,
             on_drain=self.metrics.record_usage,
         )
+        if s.config and s.config_watch_interval_s > 0:
+            # Each server watches: replicas publish the same change once between them.
+            self.watcher = ConfigWatcher(
+                s.config,
+                self.service,
+                interval_s=s.config_watch_interval_s,
+                merge_domains=s.merge_domain_config,
+                max_log_limit=s.max_sliding_log_limit,
+            )
         self.reloader.load_initial()
 
     def status(self) -> dict[str, object]:
@@ -170,7 +181,8 @@ class Sluice:
                 "flush_failures": self.flusher.failures,
                 "dropped": self.flusher.dropped,
             }
-        return {"config": config, "usage": usage}
+        files = self.watcher.status.as_dict() if self.watcher is not None else {}
+        return {"config": config, "config_files": files, "usage": usage}
 
     def _metric_state(self) -> dict[str, float]:
         state: dict[str, float] = {}
@@ -183,6 +195,8 @@ class Sluice:
                 config_database_up=float(st.database_up),
                 config_from_cache=float(st.source == "cache"),
             )
+        if self.watcher is not None:
+            state["config_file_errors"] = self.watcher.status.errors
         state.update(self.backend.metric_values())
         if self.flusher is not None:
             state["usage_flush_failures"] = self.flusher.failures
@@ -239,6 +253,8 @@ class Sluice:
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
         if self.reloader is not None:
             self.reloader.start()
+        if self.watcher is not None:
+            self.watcher.start()
         if self.flusher is not None:
             self.flusher.start()
         self.metrics.start()
@@ -273,6 +289,8 @@ class Sluice:
         CANCELLED.
         """
         self._serving = False
+        if self.watcher is not None:
+            await self.watcher.stop()
         if self.reloader is not None:
             await self.reloader.stop()
         if self._grpc is not None:

@@ -25,6 +25,7 @@ from sluice.logs import configure as configure_logging
 from sluice.model import DomainPolicy
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
+from sluice.policies.watcher import ConfigWatcher
 from sluice.policies.yaml_format import dump_policies, load_path
 from sluice.settings import Settings, add_arguments, from_arguments, resolve
 
@@ -282,7 +283,8 @@ def _prepare_store(
     settings: Settings,
     policies: list[DomainPolicy] | None,
 ) -> None:
-    """Bring the schema up to date and import ``--config``, before serving."""
+    """Bring the schema up to date and import ``--config``, before serving (as the files'
+    own versions, so that the watch in each server can tell the domains they own)."""
     try:
         store.upgrade()
     except ConfigDatabaseError as exc:
@@ -292,7 +294,11 @@ def _prepare_store(
         # An outage, not a bug: one line (the reloader reports it again as it polls).
         log.warning("config database unreachable at start: %s", exc)
     if policies is not None:
-        changed = PolicyService(store, max_log_limit=settings.max_sliding_log_limit).publish(
-            policies, author=_author(args), comment=f"sluice serve --config {settings.config}"
+        watcher = ConfigWatcher(
+            settings.config,
+            PolicyService(store, max_log_limit=settings.max_sliding_log_limit),
+            merge_domains=settings.merge_domain_config,
+            max_log_limit=settings.max_sliding_log_limit,
         )
+        changed = watcher.import_now()
         log.info("imported %s: %s", settings.config, changed or "no changes")

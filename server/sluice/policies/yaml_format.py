@@ -137,9 +137,12 @@ def load_path(
     return policies
 
 
-def read_sources(path: str | Path) -> tuple[list[tuple[str, str]], list[str]]:
+def read_sources(
+    path: str | Path, *, allow_empty: bool = False
+) -> tuple[list[tuple[str, str]], list[str]]:
     """The (file name, text) of every policy file ``load_path`` reads, and a problem for each
-    file that is not UTF-8; ConfigError when there is no such file."""
+    file that is not UTF-8; ConfigError when there is no such path, or (unless
+    ``allow_empty``) a directory holds no policy file."""
     root = Path(path)
     if root.is_dir():
         files = sorted(
@@ -149,7 +152,7 @@ def read_sources(path: str | Path) -> tuple[list[tuple[str, str]], list[str]]:
             and not any(part.startswith(".") for part in p.relative_to(root).parts)
             and p.is_file()
         )
-        if not files:
+        if not files and not allow_empty:
             raise ConfigError([f"{root}: no .yaml or .yml files found"])
     elif root.is_file():
         files = [root]
