@@ -153,10 +153,12 @@ def test_the_newer_keys_round_trip_through_the_canonical_dump() -> None:
 
 def test_value_to_metric_and_detailed_metric_never_change_a_decision() -> None:
     plain = load_text(
-        "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+        "domain: m\ndescriptors:\n  - key: k\n"
+        "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
     )
     flagged = load_text(
-        "domain: m\ndescriptors:\n  - key: k\n    value_to_metric: true\n    detailed_metric: true\n"
+        "domain: m\ndescriptors:\n  - key: k\n"
+        "    value_to_metric: true\n    detailed_metric: true\n"
         "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
     )
     answers = []

@@ -100,13 +100,15 @@ class ConfigWatcher:
         try:
             fingerprint, sources = self._sources()
         except ConfigError as exc:  # the path is gone or a file unreadable: say so once
-            return self._refused("\n".join(exc.problems), exc)
+            self._refused("\n".join(exc.problems), exc)
+            return None
         if fingerprint == self._seen:
             return None
         try:
             policies = self._load(sources)
         except ConfigError as exc:
-            return self._refused(fingerprint, exc)
+            self._refused(fingerprint, exc)
+            return None
         try:
             changed = self._publish(policies)
         except ConfigDatabaseError as exc:
@@ -162,7 +164,6 @@ class ConfigWatcher:
                 self.path,
                 "\n  ".join(exc.problems),
             )
-        return None
 
     def _publish(self, policies: list[DomainPolicy]) -> dict[str, int]:
         documents: dict[str, str | None] = {p.domain: dump_policy(p) for p in policies}

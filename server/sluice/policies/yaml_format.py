@@ -255,9 +255,7 @@ class _Merged:
                 )
             overrides = policy.limit_overrides
         self.sources.update({id(r): source for r in _walk(added)})
-        self.policy = DomainPolicy(
-            policy.domain, (*self.policy.descriptors, *added), overrides
-        )
+        self.policy = DomainPolicy(policy.domain, (*self.policy.descriptors, *added), overrides)
 
 
 def _unknown_replaces(policy: DomainPolicy, sources: dict[int, str]) -> Iterator[str]:
@@ -777,7 +775,13 @@ def rule_document(rule: Rule) -> dict[str, Any]:
         else:
             block["limits"] = [_limit_document(limit) for limit in rule.limits]
         doc["rate_limit"] = block
-    for flag in ("shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"):
+    for flag in (
+        "shadow_mode",
+        "quota_mode",
+        "detailed_metric",
+        "value_to_metric",
+        "share_threshold",
+    ):
         if getattr(rule, flag):
             doc[flag] = True
     if rule.metadata is not None:

@@ -425,7 +425,8 @@ def test_a_domain_says_what_it_does_with_client_limits(mode: str) -> None:
 
 def test_merge_domains_adds_each_files_top_level_descriptors(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+        "domain: d\ndescriptors:\n  - key: k\n"
+        "    rate_limit: {unit: second, requests_per_unit: 1}\n"
         "    descriptors:\n      - key: inner\n"
         "        rate_limit: {name: inner, unit: second, requests_per_unit: 2}\n"
     )
