@@ -19,6 +19,7 @@ from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import RedisTls, connect
 from sluice.clock import Clock, SystemClock
+from sluice.errors import ConfigDatabaseError
 from sluice.grpc.core import RateLimitCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
@@ -170,6 +171,10 @@ class Sluice:
                 merge_domains=s.merge_domain_config,
                 max_log_limit=s.max_sliding_log_limit,
             )
+            try:
+                self.watcher.follow_database()
+            except ConfigDatabaseError as exc:  # the first look then publishes as an import
+                log.warning("config files %s: the database's versions unread: %s", s.config, exc)
         self.reloader.load_initial()
 
     def status(self) -> dict[str, object]:

@@ -204,3 +204,35 @@ def test_a_watcher_that_lost_the_race_looks_again_and_finds_nothing_to_do(
         assert watcher(racing, tmp_path).check() == {}
         assert Racing.raced
         assert [v.version for v in one.history("a")] == [1]
+
+
+def test_a_server_publishes_only_what_its_files_changed_since_they_were_imported(
+    store: PolicyStore, tmp_path: Path
+) -> None:
+    # sluice serve imports the files, then each server's watch starts from the versions the
+    # files published: an edit made another way meanwhile is not undone by the first look,
+    # nor by a change to another file.
+    (tmp_path / "a.yaml").write_text(policy("a", 1))
+    assert watcher(store, tmp_path).import_now() == {"a": 1}
+    server = watcher(store, tmp_path)
+    server.follow_database()
+    service = PolicyService(store)
+    service.publish(service.validate([("api", policy("a", 9))]), author="alice", comment="")
+    assert server.check() == {}
+    (tmp_path / "b.yaml").write_text(policy("b", 2))
+    assert server.check() == {"b": 1}
+    assert live(store) == {"a": (2, "9"), "b": (1, "2")}
+    (tmp_path / "a.yaml").write_text(policy("a", 3))  # the file changed: it wins
+    assert server.check() == {"a": 3}
+    assert live(store) == {"a": (3, "3"), "b": (1, "2")}
+
+
+def test_the_import_at_start_deletes_a_domain_whose_file_went_while_no_one_watched(
+    store: PolicyStore, tmp_path: Path
+) -> None:
+    (tmp_path / "a.yaml").write_text(policy("a", 1))
+    (tmp_path / "b.yaml").write_text(policy("b", 2))
+    assert watcher(store, tmp_path).import_now() == {"a": 1, "b": 1}
+    (tmp_path / "b.yaml").unlink()
+    assert watcher(store, tmp_path).import_now() == {"b": 2}  # the next start
+    assert live(store) == {"a": (1, "1")}
