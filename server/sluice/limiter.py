@@ -6,8 +6,8 @@ the matching rule; ``unlimited`` rules answer OK without counting;
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
 report OVER_LIMIT as OK; quota-mode rules (envoyproxy/ratelimit's ``quota_mode``) report it
 as OK too, unless every quota-mode descriptor of the request is over, when they all report
-OVER_LIMIT and so does the request; a global shadow mode makes the overall answer OK but leaves the
-statuses untouched, so callers can still see what would have happened.
+OVER_LIMIT and so does the request; a global shadow mode makes the overall answer OK but
+leaves the statuses untouched, so callers can still see what would have happened.
 
 A rule may hold several limits: its hit is admitted only if all admit it, and the status
 reports the limit that decided (the refusing one with the longest wait, or else the one
@@ -107,9 +107,9 @@ class RateLimiter:
             # Collected before unlimited rules are answered: an unlimited rule's replaces count.
             if match.replaces:
                 replaced.update(match.replaces)
-            if match.quota_mode:
-                quota_descriptors += 1
             if match.unlimited:
+                if match.quota_mode:
+                    quota_descriptors += 1  # never over, so the quotas are never all spent
                 statuses[i] = _UNLIMITED
                 if recorder is not None:
                     recorder.record(match.rule_id, ALLOWED, cost=cost)
@@ -143,8 +143,11 @@ class RateLimiter:
                     if recorder is not None:
                         self._record(a, status, admitted)
                 statuses[a.index] = status
+                quota = a.match.quota_mode
+                if quota:
+                    quota_descriptors += 1
                 if status.code is Code.OVER_LIMIT:
-                    if a.match.quota_mode:
+                    if quota:
                         quota_over.append(a.index)
                     else:
                         over = True

@@ -170,3 +170,10 @@ def test_value_to_metric_and_detailed_metric_never_change_a_decision() -> None:
     assert flagged[0].descriptors[0] == Rule(
         "k", limits=(RateLimit(1, Unit.MINUTE),), detailed_metric=True, value_to_metric=True
     )
+
+
+def test_an_unlimited_quota_is_never_spent_so_the_others_answer_ok() -> None:
+    limiter = limiter_for("quota_mode.yaml")
+    b, free = ("backend", "b"), ("free_backend", "x")
+    ask(limiter, "quota", b, free)
+    assert codes(ask(limiter, "quota", b, free)) == (OK, [OK, OK])
