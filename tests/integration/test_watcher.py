@@ -236,3 +236,24 @@ def test_the_import_at_start_deletes_a_domain_whose_file_went_while_no_one_watch
     (tmp_path / "b.yaml").unlink()
     assert watcher(store, tmp_path).import_now() == {"b": 2}  # the next start
     assert live(store) == {"a": (1, "1")}
+
+
+def test_a_change_the_database_could_not_take_is_published_by_a_later_look(
+    store: PolicyStore, tmp_path: Path
+) -> None:
+    from sluice.errors import ConfigDatabaseError
+
+    class Outage(PolicyStore):
+        down = True
+
+        def current(self):  # type: ignore[no-untyped-def]
+            if Outage.down:
+                raise ConfigDatabaseError("config database: connection refused")
+            return super().current()
+
+    (tmp_path / "a.yaml").write_text(policy("a", 1))
+    files = watcher(Outage(store.database), tmp_path)
+    assert files.check() is None  # logged, not seen: tried again next look
+    assert live(store) == {}
+    Outage.down = False
+    assert files.check() == {"a": 1}

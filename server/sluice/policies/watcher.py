@@ -131,8 +131,9 @@ class ConfigWatcher:
         said = _documents(policies)
         try:
             changed = self._publish(self._changes(said))
-        except ConfigDatabaseError as exc:
-            # Not seen yet: the next look publishes it once the database answers.
+        except (ConfigDatabaseError, StaleVersionError) as exc:
+            # Not seen yet: the next look tries again (the database back, or the writers
+            # racing this one done).
             log.warning("config files %s: not published, will retry: %s", self.path, exc)
             return None
         self._seen, self._said = fingerprint, said
