@@ -239,7 +239,7 @@ def test_the_import_at_start_deletes_a_domain_whose_file_went_while_no_one_watch
 
 
 def test_a_change_the_database_could_not_take_is_published_by_a_later_look(
-    store: PolicyStore, tmp_path: Path
+    store: PolicyStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from sluice.errors import ConfigDatabaseError
 
@@ -253,7 +253,12 @@ def test_a_change_the_database_could_not_take_is_published_by_a_later_look(
 
     (tmp_path / "a.yaml").write_text(policy("a", 1))
     files = watcher(Outage(store.database), tmp_path)
+    caplog.set_level(logging.WARNING, logger="sluice.policies.watcher")
     assert files.check() is None  # logged, not seen: tried again next look
+    assert files.check() is None
     assert live(store) == {}
+    assert [r.getMessage() for r in caplog.records] == [  # once per outage, not every look
+        f"config files {tmp_path}: not published, will retry: config database: connection refused"
+    ]
     Outage.down = False
     assert files.check() == {"a": 1}

@@ -81,6 +81,7 @@ class ConfigWatcher:
         # {domain: document} as the files last said it; None: not known yet, so the first
         # look publishes as an import does.
         self._said: dict[str, str] | None = None
+        self._retrying = False  # the last look could not publish
         self._periodic = Periodic("config files", interval_s, self.poll_once)
         self.status = WatchStatus()
 
@@ -133,9 +134,12 @@ class ConfigWatcher:
             changed = self._publish(self._changes(said))
         except (ConfigDatabaseError, StaleVersionError) as exc:
             # Not seen yet: the next look tries again (the database back, or the writers
-            # racing this one done).
-            log.warning("config files %s: not published, will retry: %s", self.path, exc)
+            # racing this one done). Said once per outage, not every look.
+            if not self._retrying:
+                log.warning("config files %s: not published, will retry: %s", self.path, exc)
+            self._retrying = True
             return None
+        self._retrying = False
         self._seen, self._said = fingerprint, said
         self.status.last_error = ""
         if changed:
