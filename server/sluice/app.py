@@ -19,6 +19,7 @@ from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import RedisTls, connect
 from sluice.clock import Clock, SystemClock
+from sluice.errors import ConfigDatabaseError
 from sluice.grpc.core import RateLimitCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
@@ -28,6 +29,7 @@ from sluice.policies.reloader import SnapshotReloader
 from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
+from sluice.policies.watcher import ConfigWatcher
 from sluice.redaction import redact_url
 from sluice.settings import Settings
 from sluice.statsd import StatsdSink, parse_tags
@@ -151,6 +153,7 @@ class Sluice:
         self._http: web.AppRunner | None = None
         self.reloader: SnapshotReloader | None = None
         self.flusher: UsageFlusher | None = None
+        self.watcher: ConfigWatcher | None = None
         self.service: PolicyService | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -177,6 +180,19 @@ class Sluice:
             interval_s=s.usage_flush_interval_s,
             on_drain=self._on_drain,
         )
+        if s.config and s.config_watch_interval_s > 0:
+            # Each server watches: replicas publish the same change once between them.
+            self.watcher = ConfigWatcher(
+                s.config,
+                self.service,
+                interval_s=s.config_watch_interval_s,
+                merge_domains=s.merge_domain_config,
+                max_log_limit=s.max_sliding_log_limit,
+            )
+            try:
+                self.watcher.follow_database()
+            except ConfigDatabaseError as exc:  # the first look then publishes as an import
+                log.warning("config files %s: the database's versions unread: %s", s.config, exc)
         self.reloader.load_initial()
 
     def _on_drain(self, drained: dict[str, RuleUsage]) -> None:
@@ -193,7 +209,8 @@ class Sluice:
                 "flush_failures": self.flusher.failures,
                 "dropped": self.flusher.dropped,
             }
-        return {"config": config, "usage": usage}
+        files = self.watcher.status.as_dict() if self.watcher is not None else {}
+        return {"config": config, "config_files": files, "usage": usage}
 
     def _metric_state(self) -> dict[str, float]:
         state: dict[str, float] = {}
@@ -206,6 +223,8 @@ class Sluice:
                 config_database_up=float(st.database_up),
                 config_from_cache=float(st.source == "cache"),
             )
+        if self.watcher is not None:
+            state["config_file_errors"] = self.watcher.status.errors
         state.update(self.backend.metric_values())
         if self.flusher is not None:
             state["usage_flush_failures"] = self.flusher.failures
@@ -265,6 +284,8 @@ class Sluice:
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
         if self.reloader is not None:
             self.reloader.start()
+        if self.watcher is not None:
+            self.watcher.start()
         if self.flusher is not None:
             self.flusher.start()
         self.metrics.start()
@@ -301,6 +322,8 @@ class Sluice:
         CANCELLED.
         """
         self._serving = False
+        if self.watcher is not None:
+            await self.watcher.stop()
         if self.reloader is not None:
             await self.reloader.stop()
         if self._grpc is not None:

@@ -26,6 +26,7 @@ from sluice.logs import configure as configure_logging
 from sluice.model import DomainPolicy
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
+from sluice.policies.watcher import ConfigWatcher
 from sluice.policies.yaml_format import dump_policies, load_path
 from sluice.settings import Settings, add_arguments, from_arguments, resolve
 
@@ -71,13 +72,19 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate YAML policies; exit 1 on any error")
     check.add_argument("path", metavar="PATH")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="also exit 1 on what upstream serves but Sluice would rather not (warnings)",
+    )
+    add_arguments(check, only=("merge_domain_config", "max_sliding_log_limit"))
     check.set_defaults(handler=_check)
 
     imp = sub.add_parser("import", help="validate YAML policies and store them")
     imp.add_argument("path", metavar="PATH")
     imp.add_argument("--author", default=None, help="recorded with the change [default: $USER]")
     imp.add_argument("--comment", default="", help="recorded with the change")
-    add_arguments(imp, only=("database_url", "log_level"))
+    add_arguments(imp, only=("database_url", "log_level", "merge_domain_config"))
     imp.set_defaults(handler=_import)
 
     exp = sub.add_parser("export", help="print stored policies as YAML")
@@ -169,14 +176,29 @@ def _policy_service(settings: Settings) -> Iterator[PolicyService]:
 
 
 def _check(args: argparse.Namespace, settings: Settings) -> int:
-    policies = load_path(args.path, max_log_limit=settings.max_sliding_log_limit)
+    warnings: list[str] = []
+    policies = load_path(
+        args.path,
+        max_log_limit=settings.max_sliding_log_limit,
+        merge_domains=settings.merge_domain_config,
+        warnings=warnings,
+    )
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.strict and warnings:
+        print(f"{args.path}: {len(warnings)} warning(s) (--strict)", file=sys.stderr)
+        return 1
     print(f"{args.path}: OK, {len(policies)} domain(s): {', '.join(p.domain for p in policies)}")
     return 0
 
 
 def _import(args: argparse.Namespace, settings: Settings) -> int:
     # Validate everything before touching the database.
-    policies = load_path(args.path, max_log_limit=settings.max_sliding_log_limit)
+    policies = load_path(
+        args.path,
+        max_log_limit=settings.max_sliding_log_limit,
+        merge_domains=settings.merge_domain_config,
+    )
     with _policy_service(settings) as service:
         changed = service.publish(policies, author=_author(args), comment=args.comment)
     for policy in policies:
@@ -304,7 +326,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             print(f"sluice: {problem}", file=sys.stderr)
             return 2
     limit = settings.max_sliding_log_limit
-    policies = load_path(settings.config, max_log_limit=limit) if settings.config else None
+    policies = None
+    if settings.config:
+        policies = load_path(
+            settings.config, max_log_limit=limit, merge_domains=settings.merge_domain_config
+        )
     log.info("settings: %s", json.dumps(settings.redacted()))
     if workers > 1:
         # The import and the upgrade happen here, once, before any worker starts (with
@@ -338,7 +364,8 @@ def _prepare_store(
     settings: Settings,
     policies: list[DomainPolicy] | None,
 ) -> None:
-    """Bring the schema up to date and import ``--config``, before serving."""
+    """Bring the schema up to date and import ``--config``, before serving (as the files'
+    own versions, so that the watch in each server can tell the domains they own)."""
     try:
         store.upgrade()
     except ConfigDatabaseError as exc:
@@ -348,7 +375,11 @@ def _prepare_store(
         # An outage, not a bug: one line (the reloader reports it again as it polls).
         log.warning("config database unreachable at start: %s", exc)
     if policies is not None:
-        changed = PolicyService(store, max_log_limit=settings.max_sliding_log_limit).publish(
-            policies, author=_author(args), comment=f"sluice serve --config {settings.config}"
+        watcher = ConfigWatcher(
+            settings.config,
+            PolicyService(store, max_log_limit=settings.max_sliding_log_limit),
+            merge_domains=settings.merge_domain_config,
+            max_log_limit=settings.max_sliding_log_limit,
         )
+        changed = watcher.import_now()
         log.info("imported %s: %s", settings.config, changed or "no changes")

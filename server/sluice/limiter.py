@@ -4,8 +4,10 @@ One request becomes at most one backend call. Per descriptor: a client ``limit``
 (for known domains, unless the domain or ``--limit-overrides`` says to ignore or deny them) or
 the matching rule; ``unlimited`` rules answer OK without counting;
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
-report OVER_LIMIT as OK; a global shadow mode makes the overall answer OK but leaves the
-statuses untouched, so callers can still see what would have happened.
+report OVER_LIMIT as OK; quota-mode rules (envoyproxy/ratelimit's ``quota_mode``) report it
+as OK too, unless every quota-mode descriptor of the request is over, when they all report
+OVER_LIMIT and so does the request; a global shadow mode makes the overall answer OK but
+leaves the statuses untouched, so callers can still see what would have happened.
 
 A rule may hold several limits: its hit is admitted only if all admit it, and the status
 reports the limit that decided (the refusing one with the longest wait, or else the one
@@ -90,6 +92,7 @@ class RateLimiter:
         applicable: list[_Applicable] = []
         replaced: set[str] = set()
         recorder = self._recorder
+        quota_descriptors = 0
         overrides = snapshot.limit_overrides(domain) or self._settings.limit_overrides
         if overrides == "deny":
             _refuse_overrides(request)
@@ -107,6 +110,8 @@ class RateLimiter:
             if match.replaces:
                 replaced.update(match.replaces)
             if match.unlimited:
+                if match.quota_mode:
+                    quota_descriptors += 1  # never over, so the quotas are never all spent
                 statuses[i] = _UNLIMITED
                 if recorder is not None:
                     recorder.record(match.rule_id, ALLOWED, cost=cost)
@@ -117,6 +122,7 @@ class RateLimiter:
             applicable = [a for a in applicable if a.match.name not in replaced]
 
         over = False
+        quota_over: list[int] = []
         if applicable:
             hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
             try:
@@ -140,8 +146,20 @@ class RateLimiter:
                     if recorder is not None:
                         self._record(a, status, admitted, outcomes[n])
                 statuses[a.index] = status
+                quota = a.match.quota_mode
+                if quota:
+                    quota_descriptors += 1
                 if status.code is Code.OVER_LIMIT:
-                    over = True
+                    if quota:
+                        quota_over.append(a.index)
+                    else:
+                        over = True
+            if quota_over:
+                if len(quota_over) == quota_descriptors:
+                    over = True  # every quota is spent: refused, as upstream refuses it
+                else:
+                    for i in quota_over:
+                        statuses[i] = _within_quota(statuses[i])
 
         final = tuple(statuses)
         overall = Code.OVER_LIMIT if over else Code.OK
@@ -184,6 +202,18 @@ class RateLimiter:
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
 _UNLIMITED = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
+
+
+def _within_quota(status: DescriptorStatus) -> DescriptorStatus:
+    """A quota-mode descriptor over its limit while another quota still has room: OK."""
+    return DescriptorStatus(
+        Code.OK,
+        status.current_limit,
+        status.limit_remaining,
+        status.duration_until_reset_s,
+        status.delay_s,
+        status.reason,
+    )
 
 
 def _refuse_overrides(request: RateLimitRequest) -> None:

@@ -62,6 +62,7 @@ _COUNTERS = {
     "config_loads": "Snapshots installed.",
     "config_invalid_versions": "Config versions refused because they failed validation.",
     "config_database_errors": "Failed polls of the config database.",
+    "config_file_errors": "Changes to the --config files refused as invalid (last good kept).",
     "memory_backend_evictions": "Counters evicted because memory_max_keys was reached.",
     "usage_flush_failures": "Usage flushes that failed (figures kept for the next one).",
     "redis_round_trips": "Round trips to Redis (each carries a batch of decisions).",

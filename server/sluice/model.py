@@ -100,6 +100,24 @@ class Rule:
     ``value`` is None for a key-only rule; a value containing ``*`` is a wildcard. ``limits``
     is empty for a placeholder (children only), a whitelisting node or an unlimited rule; a
     hit is admitted only if every limit admits it.
+
+    ``quota_mode`` (envoyproxy/ratelimit's): a refused hit on this rule reports OK, unless
+    every quota-mode descriptor of the request is refused; then they report OVER_LIMIT and so
+    does the request.
+
+    Two flags change only metric names, never a decision. Both follow envoyproxy/ratelimit's
+    statsd key path (``<domain>.<key>[_<value>]...``, one level per rule from the domain to
+    the matched one), whose exact rules the statsd code owns:
+
+    - ``detailed_metric`` (on the matched rule): the request's own value is put into the
+      metric name where the rule matched by key alone, so each concrete value gets its own
+      metric (``key1_unspecified_value`` rather than ``key1``).
+    - ``value_to_metric`` (on any rule along the path): that one level is named with the
+      request's value (``key_value``) when the rule matched by key alone or by a wildcard;
+      the other levels keep the rules' names. A cheaper ``detailed_metric``.
+
+    ``metadata`` is the rule's ``metadata`` mapping as canonical JSON (sorted keys), kept so a
+    file round-trips; Sluice sends no dynamic metadata, so it has no effect yet.
     """
 
     key: str
@@ -112,6 +130,9 @@ class Rule:
     detailed_metric: bool = False
     share_threshold: bool = False
     descriptors: tuple[Rule, ...] = ()
+    quota_mode: bool = False
+    value_to_metric: bool = False
+    metadata: str | None = None
     # Where the rule starts in its source file (0 when not from a file); not part of its identity.
     line: int = field(default=0, compare=False)
 

@@ -52,7 +52,17 @@ class Settings:
     config: str = _setting(
         "",
         "sluice serve: YAML file or directory of policies imported into the config database "
-        "before serving (a domain whose rules did not change is left as it is).",
+        "before serving (a domain whose rules did not change is left as it is), then watched.",
+    )
+    config_watch_interval_s: float = _setting(
+        1.0,
+        "sluice serve --config: how often the files are checked; a change is validated and "
+        "published (an invalid one is logged and the last good version serves). 0: read once.",
+    )
+    merge_domain_config: bool = _setting(
+        False,
+        "Several files may define one domain: their top-level descriptors are merged "
+        "(envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); else a second definition is refused.",
     )
     host: str = _setting("0.0.0.0", "Address both ports bind to.")
     grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
@@ -360,6 +370,8 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
             f"{named('tls_client_ca_file')}: client certificates need TLS: "
             f"set {named('tls_cert_file')} and {named('tls_key_file')} too"
         )
+    if settings.config_watch_interval_s < 0:
+        raise ValueError(f"{named('config_watch_interval_s')}: must be 0 (off) or more")
     workers = settings.workers.strip().lower()
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
         raise ValueError(f"{named('workers')}: '{settings.workers}' is not auto or a number >= 1")

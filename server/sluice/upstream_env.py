@@ -222,6 +222,14 @@ def _config_dir(env: Mapping[str, str]) -> str:
     )
 
 
+def _watch_root(env: Mapping[str, str]) -> None:
+    """Upstream's two modes differ only in what makes it reload (the root's symlink swapped,
+    or any file below written); Sluice checks the files' contents, which both change: either
+    value is honoured by watching as usual (a bad one is still refused)."""
+    _go_bool("RUNTIME_WATCH_ROOT", env["RUNTIME_WATCH_ROOT"])
+    return None
+
+
 def _grpc_tls(name: str) -> Reader:
     """A server TLS file, used (as upstream uses it) only with ``GRPC_SERVER_USE_TLS``."""
 
@@ -269,6 +277,8 @@ HONOURED: tuple[Honoured, ...] = (
     Honoured(
         "config", ("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), _config_dir
     ),
+    Honoured("config_watch_interval_s", ("RUNTIME_WATCH_ROOT",), _watch_root),
+    Honoured("merge_domain_config", ("MERGE_DOMAIN_CONFIG",), _bool("MERGE_DOMAIN_CONFIG")),
     # Sluice binds both ports to one address: gRPC's, the one Envoy calls (HOST: warned).
     Honoured("host", ("GRPC_HOST",), _text("GRPC_HOST")),
     Honoured("grpc_port", ("GRPC_PORT",), _text("GRPC_PORT")),
@@ -316,7 +326,6 @@ _XDS = "xDS configuration is not supported: publish with sluice import or the wr
 _PER_SECOND = "not needed: one Redis (REDIS_URL) holds every limit"
 _MEMCACHE = "memcache is not supported"
 _TRACING = "tracing is not supported"
-_WATCH = "the config directory is read once at start, not watched yet: restart to apply changes"
 
 NOT_HONOURED: tuple[NotHonoured, ...] = (
     NotHonoured(
@@ -369,8 +378,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
     NotHonoured("PROMETHEUS_ADDR", "metrics are served at /metrics on PORT"),
     NotHonoured("PROMETHEUS_PATH", "metrics are served at /metrics on PORT"),
     NotHonoured("PROMETHEUS_MAPPER_YAML", "Sluice's Prometheus metrics have their own names"),
-    NotHonoured("RUNTIME_ROOT", _WATCH),
-    NotHonoured("RUNTIME_WATCH_ROOT", _WATCH),
     NotHonoured(
         "RUNTIME_IGNOREDOTFILES", "hidden files and directories are never read as policies", _false
     ),
@@ -425,9 +432,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
             "TLS_CACERT",
             "TLS_SKIP_HOSTNAME_VERIFICATION",
         )  # fmt: skip
-    ),
-    NotHonoured(
-        "MERGE_DOMAIN_CONFIG", "not supported yet: a domain in two files is refused", _true
     ),
     NotHonoured("RESPONSE_DYNAMIC_METADATA", "not supported yet", _true),
     *(

@@ -31,10 +31,40 @@ def test_check_refuses_with_file_line_and_reason(tmp_path: Path) -> None:
     bad.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n")
     result = run_sluice(["check", str(bad)])
     assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        f"{bad}:4: invalid rate limit unit 'eon'",
-        f"{bad}:4: rate_limit needs 'requests_per_unit' (or 'unlimited: true')",
-    ]
+    assert result.stderr.splitlines() == [f"{bad}:4: invalid rate limit unit 'eon'"]
+
+
+def test_check_strict_fails_on_what_upstream_serves_but_sluice_warns_about(
+    tmp_path: Path,
+) -> None:
+    lax = tmp_path / "lax.yaml"
+    lax.write_text("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n")
+    warning = (
+        f"warning: {lax}:4: rate_limit has no 'requests_per_unit': read as 0, as upstream "
+        f"reads it, so nothing is admitted"
+    )
+    result = run_sluice(["check", str(lax)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{lax}: OK, 1 domain(s): d\n"
+    assert result.stderr.splitlines() == [warning]
+    strict = run_sluice(["check", "--strict", str(lax)])
+    assert strict.returncode == 1
+    assert strict.stdout == ""
+    assert strict.stderr.splitlines() == [warning, f"{lax}: 1 warning(s) (--strict)"]
+
+
+def test_check_merges_a_domain_split_over_files_when_asked(tmp_path: Path) -> None:
+    for name, key in (("a.yaml", "a"), ("b.yaml", "b")):
+        (tmp_path / name).write_text(
+            f"domain: d\ndescriptors:\n  - key: {key}\n"
+            f"    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    refused = run_sluice(["check", str(tmp_path)])
+    assert refused.returncode == 1
+    assert f"{tmp_path / 'b.yaml'}:1: duplicate domain 'd'" in refused.stderr
+    merged = run_sluice(["check", "--merge-domain-config", str(tmp_path)])
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout == f"{tmp_path}: OK, 1 domain(s): d\n"
 
 
 @pytest.mark.slow

@@ -16,10 +16,9 @@ Windows are epoch-aligned and the server uses the real clock, so nothing sleeps:
   * duration_until_reset is only checked to lie in (0, unit].
 
 Where Sluice deliberately answers differently, the scenario is not here but in the tests of
-that behaviour (see docs/configuration.md): a value with '*' in the middle is a wildcard
-(upstream honours only a trailing '*'; tests/unit/policies/test_snapshot.py), and a descriptor
-without entries is INVALID_ARGUMENT (upstream: OK, no limit; tests/integration/
-test_grpc_server.py).
+that behaviour (see docs/configuration.md): a descriptor without entries is INVALID_ARGUMENT
+(upstream: OK, no limit; tests/integration/test_grpc_server.py). Upstream's newer keys
+(quota_mode, middle wildcards, value_to_metric...) are in tests/unit/test_upstream_yaml.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.backends.redis.connect import parse_url
 from tests.integration.redis_support import data_nodes, scan_keys
 from tests.support.certs import make_pki
-from tests.support.processes import SluiceProcess, run_sluice, sluice_serve
+from tests.support.processes import SluiceProcess, run_sluice, sluice_serve, wait_until
 from tests.support.redis_servers import RedisProcess
 
 OK, OVER_LIMIT = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
@@ -127,13 +127,33 @@ def test_upstream_deployment_runs_unchanged(tmp_path: Path, redis_url: str) -> N
     warnings = [r["@message"] for r in records if "not honoured" in r["@message"]]
     assert warnings == [
         "upstream settings recognised but not honoured: "
-        "DEBUG_PORT (no debug port: /rlconfig and /metrics are on PORT); "
-        "RUNTIME_ROOT (the config directory is read once at start, not watched yet: restart to "
-        "apply changes); "
-        "RUNTIME_WATCH_ROOT (the config directory is read once at start, not watched yet: "
-        "restart to apply changes)"
+        "DEBUG_PORT (no debug port: /rlconfig and /metrics are on PORT)"
     ]
     assert any(r["level"] == "debug" for r in records)  # LOG_LEVEL=debug
+
+
+def test_a_configmap_update_under_runtime_root_is_served_within_5_s(tmp_path: Path) -> None:
+    # The kubelet's update: a new hidden timestamped directory, then ..data swapped to it.
+    configmap_mount(tmp_path / "runtime")
+    config = tmp_path / "runtime" / "ratelimit" / "config"
+    env = {
+        "RUNTIME_ROOT": str(tmp_path / "runtime"),
+        "RUNTIME_SUBDIRECTORY": "ratelimit",
+        "RUNTIME_WATCH_ROOT": "true",  # upstream's default mode: the root's symlink swap
+        "USE_STATSD": "false",
+    }
+    with sluice_serve(tmp_path, upstream_only=True, env=env) as server:
+        assert [decide(server, ("added", "x")) for _ in range(2)] == [OK, OK]  # no rule yet
+        update = config / "..2026_11_25_13_05_00.000000002"
+        update.mkdir()
+        added = "  - key: added\n    rate_limit: {unit: day, requests_per_unit: 1}\n"
+        (update / "config.yaml").write_text(CONFIG + added)
+        (config / "..data_tmp").symlink_to(update.name)
+        (config / "..data_tmp").replace(config / "..data")
+        wait_until(lambda: decide(server, ("added", "x")) == OVER_LIMIT, 5, "the new rule")
+        assert decide(server, ("foo", "bar")) == OK  # the rest of the file as before
+        log = server.log()
+    assert "not honoured" not in log
 
 
 def test_sluice_settings_beat_upstream_ones_and_say_where_each_came_from(tmp_path: Path) -> None:

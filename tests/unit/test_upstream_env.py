@@ -104,6 +104,8 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"EXTRA_TAGS": "env:prod,team:edge"}, "statsd_tags", "env:prod,team:edge"),
         ({"STATS_FLUSH_INTERVAL": "500ms"}, "statsd_flush_interval_s", 0.5),
         ({"USE_STATSD": "true", "DISABLE_STATS": "true"}, "statsd_address", ""),
+        ({"MERGE_DOMAIN_CONFIG": "true"}, "merge_domain_config", True),
+        ({"MERGE_DOMAIN_CONFIG": "0"}, "merge_domain_config", False),
     ],
 )  # fmt: skip
 def test_upstream_variables_are_honoured(environ: dict, setting: str, value: Any) -> None:
@@ -114,6 +116,20 @@ def test_upstream_variables_are_honoured(environ: dict, setting: str, value: Any
         "default" if value == "" else "upstream " + ", ".join(n for n in names if n in environ)
     )
     assert sources[setting] == expected
+
+
+@pytest.mark.parametrize("value", ["true", "false", "1", "F"])
+def test_either_runtime_watch_root_mode_is_honoured_by_watching(value: str) -> None:
+    environ = {"RUNTIME_WATCH_ROOT": value, "RUNTIME_ROOT": "/data"}
+    settings, sources = resolve(parse(), environ)
+    assert settings.config_watch_interval_s == 1.0
+    assert sources["config_watch_interval_s"] == "default"
+    assert warning_line(environ) is None
+
+
+def test_a_bad_runtime_watch_root_names_the_variable() -> None:
+    with pytest.raises(ValueError, match="RUNTIME_WATCH_ROOT"):
+        resolve(parse(), {"RUNTIME_WATCH_ROOT": "maybe"})
 
 
 def test_every_honoured_row_names_a_setting() -> None:

@@ -35,6 +35,8 @@ class Match:
     shadow_mode: bool = False
     name: str = ""
     replaces: tuple[str, ...] = ()
+    # envoyproxy/ratelimit's quota_mode: refused alone, it reports OK (see the limiter).
+    quota_mode: bool = False
 
 
 def compile_limit(rate_limit: RateLimit) -> Limit:
@@ -149,6 +151,7 @@ def _match(rule: Rule, rule_id: str) -> Match:
         shadow_mode=rule.shadow_mode,
         name=rule.limits[0].name if rule.limits else "",
         replaces=rule.replaces,
+        quota_mode=rule.quota_mode,
     )
 
 
@@ -161,6 +164,7 @@ def _with_counter_key(match: Match, counter_key: tuple[str, ...]) -> Match:
         match.shadow_mode,
         match.name,
         match.replaces,
+        match.quota_mode,
     )
 
 
@@ -168,6 +172,8 @@ def _dump_rules(parent: str, rules: Iterable[Rule]) -> Iterable[str]:
     for rule in rules:
         key = f"{parent}.{rule.key}" + (f"_{rule.value}" if rule.value is not None else "")
         flags = f"shadow_mode={str(rule.shadow_mode).lower()}"
+        if rule.quota_mode:
+            flags += " quota_mode=true"
         if rule.unlimited:
             yield f"{key}: unlimited {flags}"
         for limit in rule.limits:

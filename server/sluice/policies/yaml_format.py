@@ -3,11 +3,17 @@
 Every problem is reported as ``source:line: reason`` and all problems of a load are
 collected, so one run of ``sluice check`` shows everything to fix. A load with any problem
 raises ConfigError and returns nothing: a bad file can never half-apply.
+
+What envoyproxy/ratelimit serves, Sluice loads with the same meaning. Where Sluice would
+rather be stricter (a ``rate_limit`` without ``requests_per_unit``, a ``replaces`` naming no
+limit, a key of upstream's at a level where it means nothing, ``metadata`` that is not sent),
+the load goes on and says so in ``warnings`` (``sluice check --strict`` fails on them).
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,6 +37,7 @@ __all__ = [
     "load_path",
     "load_sources",
     "load_text",
+    "read_sources",
     "rule_document",
 ]
 
@@ -44,8 +51,11 @@ _RULE_KEYS = (
     "rate_limit",
     "descriptors",
     "shadow_mode",
+    "quota_mode",
     "detailed_metric",
+    "value_to_metric",
     "share_threshold",
+    "metadata",
 )
 _LIMIT_KEYS = (
     "name",
@@ -59,6 +69,29 @@ _LIMIT_KEYS = (
 )
 _ONE_LIMIT_KEYS = ("unit", "requests_per_unit", "algorithm", "burst")
 _REPLACES_KEYS = ("name",)
+# envoyproxy/ratelimit checks every key against this one list, whatever its level, and ignores
+# a known key where it means nothing (``unit`` in a descriptor). Sluice does the same, with a
+# warning; a key in neither list is refused, as upstream refuses it.
+_UPSTREAM_KEYS = frozenset(
+    (
+        "domain",
+        "key",
+        "value",
+        "descriptors",
+        "rate_limit",
+        "unit",
+        "requests_per_unit",
+        "unlimited",
+        "shadow_mode",
+        "quota_mode",
+        "name",
+        "replaces",
+        "detailed_metric",
+        "value_to_metric",
+        "share_threshold",
+        "metadata",
+    )
+)
 _MAX_REQUESTS_PER_UNIT = 2**32 - 1  # a uint32 on the wire
 
 # What one document may make the loader do. The composer and the walk below recurse once
@@ -81,13 +114,35 @@ _MAX_INT_DIGITS = 64
 
 
 def load_path(
-    path: str | Path, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
+    path: str | Path,
+    *,
+    max_log_limit: int = DEFAULT_MAX_LOG_LIMIT,
+    merge_domains: bool = False,
+    warnings: list[str] | None = None,
 ) -> list[DomainPolicy]:
     """Load a YAML file, or every ``*.yaml``/``*.yml`` file below a directory (sorted).
 
     Hidden files and directories below the directory are skipped: a Kubernetes ConfigMap
     mount holds each file twice more under ``..data`` and ``..<timestamp>`` (upstream's
     ``RUNTIME_IGNOREDOTFILES=true``)."""
+    sources, unreadable = read_sources(path)
+    try:
+        policies = load_sources(
+            sources, max_log_limit=max_log_limit, merge_domains=merge_domains, warnings=warnings
+        )
+    except ConfigError as exc:
+        raise ConfigError(unreadable + exc.problems) from None
+    if unreadable:
+        raise ConfigError(unreadable)
+    return policies
+
+
+def read_sources(
+    path: str | Path, *, allow_empty: bool = False
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (file name, text) of every policy file ``load_path`` reads, and a problem for each
+    file that is not UTF-8; ConfigError when there is no such path, or (unless
+    ``allow_empty``) a directory holds no policy file."""
     root = Path(path)
     if root.is_dir():
         files = sorted(
@@ -97,7 +152,7 @@ def load_path(
             and not any(part.startswith(".") for part in p.relative_to(root).parts)
             and p.is_file()
         )
-        if not files:
+        if not files and not allow_empty:
             raise ConfigError([f"{root}: no .yaml or .yml files found"])
     elif root.is_file():
         files = [root]
@@ -113,55 +168,130 @@ def load_path(
         except UnicodeDecodeError as exc:
             line = data.count(b"\n", 0, exc.start) + 1
             unreadable.append(f"{f}:{line}: not UTF-8 text (at byte offset {exc.start})")
-    try:
-        policies = load_sources(sources, max_log_limit=max_log_limit)
-    except ConfigError as exc:
-        raise ConfigError(unreadable + exc.problems) from None
-    if unreadable:
-        raise ConfigError(unreadable)
-    return policies
+    return sources, unreadable
 
 
 def load_text(
-    text: str, source: str = "<string>", *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
+    text: str,
+    source: str = "<string>",
+    *,
+    max_log_limit: int = DEFAULT_MAX_LOG_LIMIT,
+    warnings: list[str] | None = None,
 ) -> list[DomainPolicy]:
     """Load every policy document (one per YAML document) in ``text``."""
-    return load_sources([(source, text)], max_log_limit=max_log_limit)
+    return load_sources([(source, text)], max_log_limit=max_log_limit, warnings=warnings)
 
 
 def load_sources(
-    sources: Iterable[tuple[str, str]], *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT
+    sources: Iterable[tuple[str, str]],
+    *,
+    max_log_limit: int = DEFAULT_MAX_LOG_LIMIT,
+    merge_domains: bool = False,
+    warnings: list[str] | None = None,
 ) -> list[DomainPolicy]:
-    """Load several (source name, text) pairs as one set: a domain may appear only once."""
+    """Load several (source name, text) pairs as one set.
+
+    A domain may appear only once, unless ``merge_domains`` (upstream's
+    ``MERGE_DOMAIN_CONFIG``): then each later document's top-level descriptors are added to
+    the domain's, and a top-level descriptor both define (same key and value) is refused, as
+    upstream refuses it. ``warnings``, when given, collects what Sluice would refuse if it
+    were stricter than upstream (``sluice check --strict``)."""
     problems: list[str] = []
-    policies: list[DomainPolicy] = []
-    seen: dict[str, str] = {}
+    merged: dict[str, _Merged] = {}
     for source, text in sources:
-        for policy, where in _Loader(source, problems, max_log_limit).documents(text):
-            if policy.domain in seen:
+        loader = _Loader(source, problems, max_log_limit, warnings)
+        for policy, where in loader.documents(text):
+            first = merged.get(policy.domain)
+            if first is None:
+                merged[policy.domain] = _Merged(policy, where, source)
+            elif not merge_domains:
                 problems.append(
                     f"{where}: duplicate domain '{policy.domain}' "
-                    f"(first defined at {seen[policy.domain]})"
+                    f"(first defined at {first.where}; set MERGE_DOMAIN_CONFIG=true or "
+                    f"--merge-domain-config to merge them)"
                 )
-                continue
-            seen[policy.domain] = where
-            policies.append(policy)
+            else:
+                first.add(policy, where, source, problems)
+    policies = [m.policy for m in merged.values()]
+    if warnings is not None:
+        for m in merged.values():
+            warnings.extend(_unknown_replaces(m.policy, m.sources))
     if problems:
         raise ConfigError(problems)
     return policies
 
 
+class _Merged:
+    """One domain as loaded so far, from one document or, merged, several."""
+
+    def __init__(self, policy: DomainPolicy, where: str, source: str) -> None:
+        self.policy = policy
+        self.where = where
+        # Where each top-level descriptor (key, value) came from, to name both of a clash;
+        # and each rule's source file, to name it in a warning.
+        self.top = {(r.key, r.value): f"{source}:{r.line}" for r in policy.descriptors}
+        self.sources = {id(r): source for r in _walk(policy.descriptors)}
+
+    def add(self, policy: DomainPolicy, where: str, source: str, problems: list[str]) -> None:
+        added: list[Rule] = []
+        for rule in policy.descriptors:
+            first = self.top.get((rule.key, rule.value))
+            if first is not None:
+                final = rule.key if rule.value is None else f"{rule.key}_{rule.value}"
+                problems.append(
+                    f"{source}:{rule.line}: duplicate descriptor composite key "
+                    f"'{policy.domain}.{final}' (also at {first}) in merged domain "
+                    f"'{policy.domain}'"
+                )
+                continue
+            self.top[(rule.key, rule.value)] = f"{source}:{rule.line}"
+            added.append(rule)
+        overrides = self.policy.limit_overrides
+        if policy.limit_overrides is not None:
+            if overrides is not None and overrides != policy.limit_overrides:
+                problems.append(
+                    f"{where}: limit_overrides '{policy.limit_overrides}' differs from "
+                    f"'{overrides}' at {self.where} in merged domain '{policy.domain}'"
+                )
+            overrides = policy.limit_overrides
+        self.sources.update({id(r): source for r in _walk(added)})
+        self.policy = DomainPolicy(policy.domain, (*self.policy.descriptors, *added), overrides)
+
+
+def _unknown_replaces(policy: DomainPolicy, sources: dict[int, str]) -> Iterator[str]:
+    names = _limit_names(policy.descriptors)
+    for rule in _walk(policy.descriptors):
+        for replaced in rule.replaces:
+            if replaced not in names:
+                yield (
+                    f"{sources.get(id(rule), '<merged>')}:{rule.line}: replaces '{replaced}', "
+                    f"but no rate_limit in domain '{policy.domain}' has that name "
+                    f"(nothing is replaced)"
+                )
+
+
 class _Loader:
     """Walks composed YAML nodes, so every problem can name the line it comes from."""
 
-    def __init__(self, source: str, problems: list[str], max_log_limit: int) -> None:
+    def __init__(
+        self,
+        source: str,
+        problems: list[str],
+        max_log_limit: int,
+        warnings: list[str] | None = None,
+    ) -> None:
         self.source = source
         self.problems = problems
+        self.warnings = warnings
         self.max_log_limit = max_log_limit
         self.breaks: list[int] = []  # where the text's "\n"s are, to number lines
 
     def error(self, node: Node, reason: str) -> None:
         self.problems.append(f"{self.source}:{self.line(node)}: {reason}")
+
+    def warn(self, node: Node, reason: str) -> None:
+        if self.warnings is not None:
+            self.warnings.append(f"{self.source}:{self.line(node)}: {reason}")
 
     def line(self, node: Node) -> int:
         return _line(self.breaks, node.start_mark)
@@ -207,7 +337,11 @@ class _Loader:
                 continue
             key = key_node.value
             if key not in allowed:
-                self.error(key_node, f"unknown key '{key}' in {what}")
+                if key in _UPSTREAM_KEYS:
+                    reason = f"'{key}' has no meaning in {what}: ignored, as upstream ignores it"
+                    self.warn(key_node, reason)
+                else:
+                    self.error(key_node, f"unknown key '{key}' in {what}")
             elif key in fields:
                 self.error(key_node, f"duplicate key '{key}' in {what}")
             else:
@@ -240,14 +374,6 @@ class _Loader:
             self.error(fields.get("domain", node), "config file cannot have empty domain")
             return None
         rules = self.rules(fields.get("descriptors"), domain)
-        names = _limit_names(rules)
-        for rule in _walk(rules):
-            for replaced in rule.replaces:
-                if replaced not in names:
-                    self.problems.append(
-                        f"{self.source}:{rule.line}: replaces '{replaced}', but no rate_limit "
-                        f"in domain '{domain}' has that name"
-                    )
         return DomainPolicy(domain, rules, self.limit_overrides(fields.get("limit_overrides")))
 
     def limit_overrides(self, node: Node | None) -> str | None:
@@ -320,8 +446,46 @@ class _Loader:
             detailed_metric=self.boolean(fields.get("detailed_metric"), "detailed_metric"),
             share_threshold=share_threshold,
             descriptors=self.rules(fields.get("descriptors"), f"{parent_key}.{final_key}"),
+            quota_mode=self.boolean(fields.get("quota_mode"), "quota_mode"),
+            value_to_metric=self.boolean(fields.get("value_to_metric"), "value_to_metric"),
+            metadata=self.metadata(fields.get("metadata")),
             line=self.line(node),
         )
+
+    def metadata(self, node: Node | None) -> str | None:
+        """The ``metadata`` mapping as canonical JSON; its contents are upstream's to define
+        (it sends them as dynamic metadata), so any mapping of plain YAML values is kept."""
+        if node is None or _is_null(node):
+            return None
+        if not isinstance(node, MappingNode):
+            self.error(node, "'metadata' must be a mapping")
+            return None
+        value = self.plain(node)
+        if value is None:
+            return None
+        self.warn(node, "'metadata' is kept but not sent: Sluice sends no dynamic metadata")
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def plain(self, node: Node) -> Any:
+        """A node as plain JSON-able data (None after reporting a node that is not)."""
+        if isinstance(node, MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, ScalarNode):
+                    self.error(key_node, "a key in metadata must be a string")
+                    return None
+                value = self.plain(value_node)
+                if value is None and not _is_null(value_node):
+                    return None
+                out[str(key_node.value)] = value
+            return out
+        if isinstance(node, SequenceNode):
+            items = [self.plain(item) for item in node.value]
+            return items
+        if _is_null(node):
+            return None
+        value = _scalar(node)
+        return value if isinstance(value, bool | int) else str(node.value)
 
     def rate_limit(self, node: Node) -> tuple[tuple[RateLimit, ...], bool, str, tuple[str, ...]]:
         """(limits, unlimited, name, replaces) of a ``rate_limit`` block."""
@@ -341,7 +505,7 @@ class _Loader:
             self.requests_per_unit(fields.get("requests_per_unit"), required=False)
             return (), True, name, replaces
         if "limits" not in fields:
-            limit = self.one_limit(node, fields, name)
+            limit = self.one_limit(node, fields, name, upstream=True)
             return ((limit,) if limit is not None else ()), False, name, replaces
         for single in _ONE_LIMIT_KEYS:
             if single in fields:
@@ -374,12 +538,23 @@ class _Loader:
             limits.append(limit)
         return tuple(limits)
 
-    def one_limit(self, node: Node, fields: dict[str, Node], name: str) -> RateLimit | None:
+    def one_limit(
+        self, node: Node, fields: dict[str, Node], name: str, *, upstream: bool = False
+    ) -> RateLimit | None:
+        """One limit; ``upstream``: a ``rate_limit`` block as upstream writes it, where a
+        missing ``requests_per_unit`` is 0 (nothing admitted), not an error."""
         unit_text = self.string(fields.get("unit"), "unit")
         unit = Unit.parse(unit_text) if unit_text else None
         if unit is None:
             self.error(fields.get("unit", node), f"invalid rate limit unit '{unit_text or ''}'")
-        requests = self.requests_per_unit(fields.get("requests_per_unit"), required=True, at=node)
+        rpu = fields.get("requests_per_unit")
+        if upstream and (rpu is None or _is_null(rpu)):
+            self.warn(
+                node,
+                "rate_limit has no 'requests_per_unit': read as 0, as upstream reads it, so "
+                "nothing is admitted",
+            )
+        requests = self.requests_per_unit(rpu, required=not upstream, at=node)
         algorithm = self.string(fields.get("algorithm"), "algorithm") or DEFAULT_ALGORITHM.name
         if algorithm not in ALGORITHMS:
             self.error(
@@ -600,9 +775,17 @@ def rule_document(rule: Rule) -> dict[str, Any]:
         else:
             block["limits"] = [_limit_document(limit) for limit in rule.limits]
         doc["rate_limit"] = block
-    for flag in ("shadow_mode", "detailed_metric", "share_threshold"):
+    for flag in (
+        "shadow_mode",
+        "quota_mode",
+        "detailed_metric",
+        "value_to_metric",
+        "share_threshold",
+    ):
         if getattr(rule, flag):
             doc[flag] = True
+    if rule.metadata is not None:
+        doc["metadata"] = json.loads(rule.metadata)
     if rule.descriptors:
         doc["descriptors"] = [rule_document(child) for child in rule.descriptors]
     return doc
