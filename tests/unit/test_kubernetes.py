@@ -5,10 +5,9 @@ probes, ports, mounts and shutdown timing agree with the settings they produce."
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
-
-import argparse
 
 import kubernetes_validate
 import pytest
