@@ -42,9 +42,12 @@ def test_multi_stage_non_root_with_ports_health_check_and_serve() -> None:
     assert users and not users[-1].startswith(("root", "0"))
     exposed = {int(p) for op, arg in steps if op == "EXPOSE" for p in arg.split()}
     admin_port = 8501  # sluice admin --port default
-    assert exposed == {Settings().grpc_port, Settings().http_port, admin_port}
+    env = " ".join(arg for op, arg in steps if op == "ENV")
+    management_port = int(re.search(r"SLUICE_MANAGEMENT_PORT=(\d+)", env).group(1))
+    assert exposed == {Settings().grpc_port, Settings().http_port, management_port, admin_port}
     [health] = [arg for op, arg in steps if op == "HEALTHCHECK"]
-    assert "/healthcheck" in health and "SLUICE_HTTP_PORT" in health
+    # The management port: plaintext, so the check works with TLS on the service ports.
+    assert "/healthcheck" in health and "SLUICE_MANAGEMENT_PORT" in health
     entrypoint = [json.loads(arg) for op, arg in steps if op == "ENTRYPOINT"][-1]
     command = [json.loads(arg) for op, arg in steps if op == "CMD"][-1]
     assert entrypoint + command == ["sluice", "serve"]
@@ -96,7 +99,9 @@ def test_the_default_target_is_the_server_without_the_admin_app() -> None:
     assert {int(p) for op, arg in server if op == "EXPOSE" for p in arg.split()} == {
         Settings().grpc_port,
         Settings().http_port,
+        8082,  # the management port the image sets (SLUICE_MANAGEMENT_PORT)
     }
+    assert ("ENV", "SLUICE_MANAGEMENT_PORT=8082") in server
     installs = [arg for op, arg in venv_stage("") if op == "RUN" and "pip install" in arg]
     assert installs and not any("[admin]" in arg for arg in installs)
 
