@@ -14,6 +14,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from tests.support.processes import sluice_serve, wait_until
 
 
+@pytest.mark.slow  # a real server per transport, and a delay of seconds
 @pytest.mark.parametrize("transport", ["grpcio", "pyvoy"])
 def test_an_aged_connection_is_closed_and_the_client_reconnects(
     tmp_path: Path, transport: str

@@ -126,6 +126,7 @@ def test_calls_refused_while_draining_are_unavailable_never_cancelled() -> None:
     assert remaining == 4
 
 
+@pytest.mark.slow  # a real server per transport, and a delay of seconds
 @pytest.mark.parametrize("transport", ["grpcio", "pyvoy"])
 def test_sigterm_reports_not_ready_and_still_answers_for_the_drain_delay(
     tmp_path: Path, transport: str

@@ -21,6 +21,9 @@ from tests.support.certs import Pki, make_pki
 from tests.support.processes import SluiceProcess, free_port, sluice_serve, wait_until
 from tests.support.redis_servers import RedisProcess
 
+# Each test starts a real server with mTLS and Redis: seconds.
+pytestmark = pytest.mark.slow
+
 TRANSPORTS = ["grpcio", "pyvoy"]
 RLS = "envoy.service.ratelimit.v3.RateLimitService"
 POLICY = "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
