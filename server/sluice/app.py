@@ -344,9 +344,9 @@ class Sluice:
             started()
         await stop.wait()
         log.info(
-            "signal received: not ready for %.1fs, then draining for up to %.1fs",
-            self.settings.drain_delay_s,
+            "signal received: draining for up to %.1fs, after %.1fs reporting not ready",
             self.settings.shutdown_grace_s,
+            self.settings.drain_delay_s,
         )
         await self.stop(exiting=True)
         log.info("stopped")

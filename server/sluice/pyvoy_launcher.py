@@ -318,9 +318,9 @@ async def _drive(
         log.error("Envoy exited with %s", process.returncode)
         return 1
     log.info(
-        "signal received: not ready for %.1fs, then draining for up to %.1fs",
-        settings.drain_delay_s,
+        "signal received: draining for up to %.1fs, after %.1fs reporting not ready",
         settings.shutdown_grace_s,
+        settings.drain_delay_s,
     )
     writer.write(b"drain\n")
     await writer.drain()

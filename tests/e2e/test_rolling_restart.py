@@ -198,7 +198,7 @@ def test_a_rolling_restart_loses_no_decision(
         assert not wrong, f"{len(wrong)} of {len(load.rounds)} rounds: {wrong[:5]}\n{diagnostics}"
         assert counters["over_limit"] == len(load.rounds)
         # The old process drained (not-ready first), and the new one took calls.
-        assert "not ready for 2.5s" in a.log()
+        assert "after 2.5s reporting not ready" in a.log()
         assert (
             envoy.counters(r"cluster\.sluice\.health_check\.failure")[
                 "cluster.sluice.health_check.failure"
