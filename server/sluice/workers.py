@@ -52,8 +52,8 @@ _READY = b"r"
 _SERVED_LONG_ENOUGH_S = 10.0  # a worker that ends sooner is failing to start: back off
 _BACKOFF_FIRST_S = 0.5
 _BACKOFF_MAX_S = 30.0
-# Beyond --drain-delay-s and --shutdown-grace-s, what a draining worker may still take: the last usage flush
-# (at most 5 s) and closing; then the supervisor kills what is left.
+# Beyond --drain-delay-s and --shutdown-grace-s, what a draining worker may still take: the
+# last usage flush (at most 5 s) and closing; then the supervisor kills what is left.
 _DRAIN_MARGIN_S = 15.0
 
 
