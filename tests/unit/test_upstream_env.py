@@ -95,6 +95,11 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"LOG_LEVEL": "trace"}, "log_level", "DEBUG"),
         ({"LOG_LEVEL": "panic"}, "log_level", "CRITICAL"),
         ({"LOG_FORMAT": "json"}, "log_format", "json"),
+        # upstream's default, 24h
+        ({"GRPC_MAX_CONNECTION_AGE": "24h"}, "grpc_max_connection_age_s", 86400.0),
+        ({"GRPC_MAX_CONNECTION_AGE": "90s"}, "grpc_max_connection_age_s", 90.0),
+        ({"GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, "grpc_max_connection_age_grace_s", 3600.0),
+        ({"GRPC_MAX_CONNECTION_AGE_GRACE": "1500ms"}, "grpc_max_connection_age_grace_s", 1.5),
     ],
 )  # fmt: skip
 def test_upstream_variables_are_honoured(environ: dict, setting: str, value: Any) -> None:
@@ -161,6 +166,14 @@ def test_every_honoured_row_names_a_setting() -> None:
             "warning",
         ),
         ({"LOG_FORMAT": "xml"}, "LOG_FORMAT: 'xml' is not text or json"),
+        (
+            {"GRPC_MAX_CONNECTION_AGE": "1d"},
+            "GRPC_MAX_CONNECTION_AGE: '1d' is not a duration (e.g. 100ms, 10s, 1m30s)",
+        ),
+        (
+            {"GRPC_MAX_CONNECTION_AGE_GRACE": "-1s"},
+            "GRPC_MAX_CONNECTION_AGE_GRACE: '-1s' may not be negative",
+        ),
     ],
 )  # fmt: skip
 def test_bad_upstream_values_name_their_variable(environ: dict, message: str) -> None:
