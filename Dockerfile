@@ -16,10 +16,13 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/sluice
+# Pinned dependencies first (requirements.lock: reproducible images), then Sluice itself.
+COPY requirements.lock ./
+RUN /opt/sluice/bin/pip install -r requirements.lock
 COPY pyproject.toml setup.py README.md ./
 COPY server ./server
 COPY admin ./admin
-RUN /opt/sluice/bin/pip install .
+RUN /opt/sluice/bin/pip install --no-deps . && /opt/sluice/bin/pip check
 
 # The server's venv plus the admin extra (Streamlit and what it brings).
 FROM build AS build-admin

@@ -8,7 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from sluice.settings import Settings
 
@@ -115,3 +119,21 @@ def test_the_admin_target_runs_the_admin_app_non_root() -> None:
     assert users and not users[-1].startswith(("root", "0"))
     installs = [arg for op, arg in venv_stage("admin") if op == "RUN" and "pip install" in arg]
     assert any("'.[admin]'" in arg for arg in installs)
+
+
+def test_the_server_image_installs_pinned_dependencies_that_satisfy_pyproject() -> None:
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pins[canonicalize_name(name)] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text in project["dependencies"]:
+        requirement = Requirement(text)
+        pinned = pins.get(canonicalize_name(requirement.name))
+        assert pinned is not None, f"{requirement.name} is missing from requirements.lock"
+        assert requirement.specifier.contains(pinned), f"{requirement.name}=={pinned}: {text}"
+    runs = [arg for op, arg in venv_stage("") if op == "RUN" and "pip install" in arg]
+    assert "-r requirements.lock" in runs[0]
+    assert "--no-deps" in runs[1] and "pip check" in runs[1]
