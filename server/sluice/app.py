@@ -145,7 +145,6 @@ class Sluice:
         self.service: PolicyService | None = None
         self.grpc_port = 0
         self.http_port = 0
-        self.management_port = 0  # 0: none
 
     def install(self, snapshot: Snapshot) -> None:
         # One assignment: a request in flight keeps the snapshot it started with.
@@ -285,7 +284,6 @@ class Sluice:
             reuse_port=True if reuse_port else None,
         )
         await site.start()
-        self.management_port = s.management_port
         log.info("management port (plaintext) on %s:%d", s.management_host, s.management_port)
 
     async def set_serving(self, serving: bool) -> None:
