@@ -1,7 +1,7 @@
 # Sluice: multi-stage build, non-root runtime, embedded defaults (SQLite + in-process state).
 # The default (last) target is the server, without Streamlit; the admin app is target "admin".
 #   docker build -t sluice .
-#   docker run -p 8080:8080 -p 8081:8081 -v sluice-data:/var/lib/sluice sluice
+#   docker run -p 8080:8080 -p 8081:8081 -p 8082:8082 -v sluice-data:/var/lib/sluice sluice
 #   docker run ... sluice serve --config /usr/share/sluice/examples/ratelimit.yaml
 #   docker build --target admin -t sluice-admin .
 #   docker run -p 8501:8501 -e SLUICE_ADMIN_USERS=... -v sluice-data:/var/lib/sluice sluice-admin
@@ -16,10 +16,13 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 RUN python -m venv /opt/sluice
+# Pinned dependencies first (requirements.lock: reproducible images), then Sluice itself.
+COPY requirements.lock ./
+RUN /opt/sluice/bin/pip install -r requirements.lock
 COPY pyproject.toml setup.py README.md ./
 COPY server ./server
 COPY admin ./admin
-RUN /opt/sluice/bin/pip install .
+RUN /opt/sluice/bin/pip install --no-deps . && /opt/sluice/bin/pip check
 
 # The server's venv plus the admin extra (Streamlit and what it brings).
 FROM build AS build-admin
@@ -48,8 +51,11 @@ CMD ["admin", "--port", "8501", "--address", "0.0.0.0"]
 # The server, last so that a plain `docker build` makes it.
 FROM runtime AS server
 COPY --from=build /opt/sluice /opt/sluice
-# gRPC (ShouldRateLimit, health, reflection) and HTTP (/healthcheck, /json, /api).
-EXPOSE 8081 8080
+# gRPC (ShouldRateLimit, health, reflection), HTTP (/healthcheck, /json, /api) and the
+# management port (/healthcheck, /ready, /metrics), plaintext even when the others use TLS,
+# so this health check works with TLS and mTLS on.
+ENV SLUICE_MANAGEMENT_PORT=8082
+EXPOSE 8081 8080 8082
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
-    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('SLUICE_HTTP_PORT', '8080'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthcheck', timeout=2).status == 200 else 1)"]
+    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ['SLUICE_MANAGEMENT_PORT']; sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthcheck', timeout=2).status == 200 else 1)"]
 CMD ["serve"]

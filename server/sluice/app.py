@@ -23,6 +23,7 @@ from sluice.errors import ConfigDatabaseError
 from sluice.grpc.core import RateLimitCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
+from sluice.http.management import make_management_app
 from sluice.limiter import LimiterSettings, RateLimiter
 from sluice.metrics import Metrics
 from sluice.policies.reloader import SnapshotReloader
@@ -30,6 +31,7 @@ from sluice.policies.service import PolicyService
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore
 from sluice.policies.watcher import ConfigWatcher
+from sluice.readiness import Readiness
 from sluice.redaction import redact_url
 from sluice.settings import Settings
 from sluice.statsd import StatsdSink, parse_tags
@@ -151,6 +153,13 @@ class Sluice:
         self._serving = False
         self._grpc: GrpcFront | None = None
         self._http: web.AppRunner | None = None
+        self._management: web.AppRunner | None = None
+        self.readiness = Readiness(
+            serving=lambda: self._serving,
+            config=lambda: self.reloader.status if self.reloader is not None else None,
+            backend=self.backend,
+            clock=self.clock,
+        )
         self.reloader: SnapshotReloader | None = None
         self.flusher: UsageFlusher | None = None
         self.watcher: ConfigWatcher | None = None
@@ -249,6 +258,8 @@ class Sluice:
             credentials=self.tls.grpc_credentials() if self.tls else None,
             reuse_port=shared_ports,
             core=self.rls,
+            max_connection_age_s=s.grpc_max_connection_age_s,
+            max_connection_age_grace_s=s.grpc_max_connection_age_grace_s,
         )
         self.grpc_port = self._grpc.port
         await self._grpc.start()
@@ -282,6 +293,8 @@ class Sluice:
         server = cast(asyncio.Server | None, site._server)  # noqa: SLF001 (aiohttp keeps it)
         sockets = server.sockets if server is not None else ()
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
+        if s.management_port:
+            await self._start_management(reuse_port=shared_ports)
         if self.reloader is not None:
             self.reloader.start()
         if self.watcher is not None:
@@ -306,13 +319,31 @@ class Sluice:
             "plaintext" if self.tls is None else "mTLS" if self.tls.mutual else "TLS",
         )
 
+    async def _start_management(self, *, reuse_port: bool) -> None:
+        """The management port: plaintext whatever the service ports use (its module says
+        why), and nothing on it that reads or changes policies or counters."""
+        s = self.settings
+        app = make_management_app(not_ready_reason=self.readiness.reason, metrics=self.metrics)
+        self._management = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._management.setup()
+        site = web.TCPSite(
+            self._management,
+            s.management_host,
+            s.management_port,
+            reuse_port=True if reuse_port else None,
+        )
+        await site.start()
+        log.info("management port (plaintext) on %s:%d", s.management_host, s.management_port)
+
     async def set_serving(self, serving: bool) -> None:
         self._serving = serving
         if self._grpc is not None:
             await self._grpc.set_serving(serving)
 
     async def stop(self, *, exiting: bool = False) -> None:
-        """Drain, then close. Health turns NOT_SERVING and new calls are refused with
+        """Drain, then close. First health turns NOT_SERVING (and ``/ready`` 503) while calls
+        are still answered, for ``drain_delay_s``: load balancers and Kubernetes endpoints
+        take the instance out before it refuses anything. Then new calls are refused with
         UNAVAILABLE (a client may retry them on another instance) while calls in flight
         finish, for up to ``shutdown_grace_s``.
 
@@ -321,19 +352,23 @@ class Sluice:
         shutdown cancels the calls that reach it while it runs, and clients do not retry
         CANCELLED.
         """
-        self._serving = False
+        await self.set_serving(False)
+        if self.settings.drain_delay_s > 0:
+            log.info("not ready; still answering for %.1fs", self.settings.drain_delay_s)
+            await asyncio.sleep(self.settings.drain_delay_s)
         if self.watcher is not None:
             await self.watcher.stop()
         if self.reloader is not None:
             await self.reloader.stop()
         if self._grpc is not None:
-            await self._grpc.set_serving(False)
             if not await self.rls.drain(self.settings.shutdown_grace_s):
                 log.warning("shutdown grace period over: calls still in flight are cut off")
             if not exiting:
                 await self._grpc.stop(0)
         if self._http is not None:
             await self._http.cleanup()
+        if self._management is not None:
+            await self._management.cleanup()
         if self.flusher is not None:
             await self.flusher.stop()
         if self.statsd is not None:
@@ -359,7 +394,11 @@ class Sluice:
         if started is not None:
             started()
         await stop.wait()
-        log.info("signal received: draining for up to %.1fs", self.settings.shutdown_grace_s)
+        log.info(
+            "signal received: draining for up to %.1fs, after %.1fs reporting not ready",
+            self.settings.shutdown_grace_s,
+            self.settings.drain_delay_s,
+        )
         await self.stop(exiting=True)
         log.info("stopped")
         logging.shutdown()

@@ -52,8 +52,6 @@ CONTROL_FD_VARIABLE = "SLUICE_EDGE_CONTROL_FD"
 WORKER_VARIABLE = "SLUICE_EDGE_WORKER"  # set by the launcher of one of --workers N
 RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 RLS_PATH = f"/{RLS_NAME}/ShouldRateLimit"
-# grpc.aio's names, and the service's own full name (what Envoy's gRPC health checks name).
-HEALTH_NAMES = (*HEALTH_SERVICE_NAMES, RLS_NAME)
 MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024  # as GrpcServer's grpc.max_receive_message_length
 
 
@@ -86,7 +84,7 @@ class Embedded:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.health = HealthService(HEALTH_NAMES)
+        self.health = HealthService(HEALTH_SERVICE_NAMES)  # as grpc.aio's
         self.sluice = Sluice(
             settings,
             grpc_front=EdgeFront(self.health, settings.grpc_port),

@@ -16,8 +16,10 @@ filter as the terminal HTTP filter) with these deliberate changes for gRPC:
   peers are found.
 - No stream idle timeout: a health Watch or a reflection stream is idle by design
   (Envoy's default cuts streams idle 5 minutes). Deadlines bound calls instead.
-- No maximum connection age: grpc.aio has none either; Envoy's own RLS clients keep one
-  connection, and a cap would only add reconnects.
+- A maximum connection age only with ``--grpc-max-connection-age-s`` (the connection
+  manager's ``max_connection_duration``: Envoy sends GOAWAY and closes the connection once
+  its streams end), and ``--grpc-max-connection-age-grace-s`` as its ``drain_timeout``
+  (between the first GOAWAY and the last). As grpc.aio's ``grpc.max_connection_age_ms``.
 - The admin interface on a Unix socket in a private directory, never a TCP port, used only
   to read the port Envoy bound (for --grpc-port 0).
 - No ``server: envoy`` header added to responses.
@@ -152,6 +154,11 @@ def envoy_config(
                     "connection_keepalive": {"interval": "30s", "timeout": "10s"},
                 }
                 typed["stream_idle_timeout"] = "0s"
+                if settings.grpc_max_connection_age_s > 0:
+                    common = typed.setdefault("common_http_protocol_options", {})
+                    common["max_connection_duration"] = f"{settings.grpc_max_connection_age_s}s"
+                if settings.grpc_max_connection_age_grace_s > 0:
+                    typed["drain_timeout"] = f"{settings.grpc_max_connection_age_grace_s}s"
                 typed["server_header_transformation"] = "PASS_THROUGH"
     return config
 
@@ -310,13 +317,17 @@ async def _drive(
     if not signalled.done():
         log.error("Envoy exited with %s", process.returncode)
         return 1
-    log.info("signal received: draining for up to %.1fs", settings.shutdown_grace_s)
+    log.info(
+        "signal received: draining for up to %.1fs, after %.1fs reporting not ready",
+        settings.shutdown_grace_s,
+        settings.drain_delay_s,
+    )
     writer.write(b"drain\n")
     await writer.drain()
     answer = asyncio.ensure_future(reader.readline())
     await asyncio.wait(
         (answer, exited),
-        timeout=settings.shutdown_grace_s + 30,
+        timeout=settings.drain_delay_s + settings.shutdown_grace_s + 30,
         return_when="FIRST_COMPLETED",
     )
     if not (answer.done() and answer.result() == b"stopped\n"):

@@ -67,6 +67,23 @@ class Settings:
     host: str = _setting("0.0.0.0", "Address both ports bind to.")
     grpc_port: int = _setting(8081, "gRPC port (ShouldRateLimit, health, reflection).")
     http_port: int = _setting(8080, "HTTP port (/healthcheck, /json).")
+    management_port: int = _setting(
+        0,
+        "Management port: /healthcheck (liveness), /ready (readiness) and /metrics, always "
+        "plaintext, also when the other ports use TLS (for kubelet probes and Prometheus); "
+        "0: none.",
+    )
+    management_host: str = _setting("0.0.0.0", "Address the management port binds to.")
+    grpc_max_connection_age_s: float = _setting(
+        0.0,
+        "Close a gRPC connection this long after it opened (GOAWAY: the client reconnects, "
+        "to a newer instance too); 0: never.",
+    )
+    grpc_max_connection_age_grace_s: float = _setting(
+        0.0,
+        "After a connection's maximum age: how long its calls in flight may take before it is "
+        "closed; 0: no limit.",
+    )
     transport: str = _setting(
         "grpcio",
         "What serves the gRPC port: grpcio (grpc.aio) or pyvoy (Envoy's HTTP/2 running Sluice's "
@@ -169,8 +186,13 @@ class Settings:
     usage_flush_interval_s: float = _setting(
         1.0, "How often usage telemetry is flushed to the config database."
     )
+    drain_delay_s: float = _setting(
+        0.0,
+        "On SIGTERM: how long to keep answering while reporting not ready (gRPC health "
+        "NOT_SERVING, /ready 503), so load balancers stop sending calls before any is refused.",
+    )
     shutdown_grace_s: float = _setting(
-        10.0, "On SIGTERM: how long in-flight calls may take to finish."
+        10.0, "On SIGTERM, after --drain-delay-s: how long in-flight calls may take to finish."
     )
     workers: str = _setting(
         "1",
@@ -375,6 +397,14 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     workers = settings.workers.strip().lower()
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
         raise ValueError(f"{named('workers')}: '{settings.workers}' is not auto or a number >= 1")
+    for name in (
+        "drain_delay_s",
+        "grpc_max_connection_age_s",
+        "grpc_max_connection_age_grace_s",
+        "management_port",
+    ):
+        if getattr(settings, name) < 0:
+            raise ValueError(f"{named(name)}: may not be negative")
     for name in ("redis_timeout_ms", "redis_pool_size", "local_cache_max_keys"):
         if getattr(settings, name) < 1:
             raise ValueError(f"{named(name)}: must be at least 1")

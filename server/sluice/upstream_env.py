@@ -230,6 +230,18 @@ def _watch_root(env: Mapping[str, str]) -> None:
     return None
 
 
+def _seconds(name: str) -> Reader:
+    """A Go duration, as seconds (upstream's connection ages: ``24h``, ``1h``)."""
+
+    def read(env: Mapping[str, str]) -> float:
+        ms = go_duration_ms(name, env[name])
+        if ms < 0:
+            raise ValueError(f"{name}: '{env[name]}' may not be negative")
+        return ms / 1000
+
+    return read
+
+
 def _grpc_tls(name: str) -> Reader:
     """A server TLS file, used (as upstream uses it) only with ``GRPC_SERVER_USE_TLS``."""
 
@@ -298,6 +310,16 @@ HONOURED: tuple[Honoured, ...] = (
         ("GRPC_SERVER_USE_TLS", "GRPC_CLIENT_TLS_CACERT"),
         _grpc_tls("GRPC_CLIENT_TLS_CACERT"),
     ),
+    Honoured(
+        "grpc_max_connection_age_s",
+        ("GRPC_MAX_CONNECTION_AGE",),
+        _seconds("GRPC_MAX_CONNECTION_AGE"),
+    ),
+    Honoured(
+        "grpc_max_connection_age_grace_s",
+        ("GRPC_MAX_CONNECTION_AGE_GRACE",),
+        _seconds("GRPC_MAX_CONNECTION_AGE_GRACE"),
+    ),
     Honoured("backend", ("BACKEND_TYPE", "REDIS_URL"), _backend),
     Honoured("redis_url", _REDIS_URL_PARTS, _redis_url),
     Honoured("redis_tls_ca_file", ("REDIS_TLS_CACERT",), _text("REDIS_TLS_CACERT")),
@@ -341,8 +363,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
         "GRPC_SERVER_USE_TLS", "TLS covers the HTTP port too: HTTP health probes need HTTPS", _true
     ),
     NotHonoured("GRPC_CLIENT_TLS_SAN", "client certificates are checked against the CA only"),
-    NotHonoured("GRPC_MAX_CONNECTION_AGE", "connections are not aged yet"),
-    NotHonoured("GRPC_MAX_CONNECTION_AGE_GRACE", "connections are not aged yet"),
     NotHonoured("CONFIG_TYPE", _XDS, lambda v, env: v.strip().upper() != "FILE"),
     NotHonoured(
         "FORCE_START_WITHOUT_INITIAL_CONFIG",

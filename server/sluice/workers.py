@@ -52,8 +52,8 @@ _READY = b"r"
 _SERVED_LONG_ENOUGH_S = 10.0  # a worker that ends sooner is failing to start: back off
 _BACKOFF_FIRST_S = 0.5
 _BACKOFF_MAX_S = 30.0
-# Beyond --shutdown-grace-s, what a draining worker may still take: the last usage flush
-# (at most 5 s) and closing; then the supervisor kills what is left.
+# Beyond --drain-delay-s and --shutdown-grace-s, what a draining worker may still take: the
+# last usage flush (at most 5 s) and closing; then the supervisor kills what is left.
 _DRAIN_MARGIN_S = 15.0
 
 
@@ -271,7 +271,10 @@ class Supervisor:
         if not self._stopping:
             self._stopping = True
             self._stop_deadline = (
-                time.monotonic() + self.settings.shutdown_grace_s + _DRAIN_MARGIN_S
+                time.monotonic()
+                + self.settings.drain_delay_s
+                + self.settings.shutdown_grace_s
+                + _DRAIN_MARGIN_S
             )
             log.info("%s: stopping %d workers", signal.Signals(signum).name, len(self.workers))
         for worker in self.workers:

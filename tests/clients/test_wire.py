@@ -244,6 +244,7 @@ def test_channel_config(tmp_path: Path) -> None:
     assert plain.credentials is None
     assert plain.options == (
         ("grpc.max_reconnect_backoff_ms", 5000),
+        ("grpc.service_config", '{"loadBalancingConfig": [{"round_robin": {}}]}'),
         ("grpc.keepalive_time_ms", 1000),
     )
     ca = tmp_path / "ca.pem"
@@ -258,7 +259,7 @@ def test_channel_config(tmp_path: Path) -> None:
         options=[("grpc.max_reconnect_backoff_ms", 100)],  # the caller's value wins
     )
     assert isinstance(secure.credentials, grpc.ChannelCredentials)
-    assert secure.options == (("grpc.max_reconnect_backoff_ms", 100),)
+    assert dict(secure.options)["grpc.max_reconnect_backoff_ms"] == 100
 
 
 @pytest.mark.parametrize(

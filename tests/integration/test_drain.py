@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
@@ -17,7 +23,11 @@ from sluice.backends.memory import MemoryBackend
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
 from sluice.settings import Settings
+from tests.support.processes import free_port, sluice_serve, wait_until
 
+RLS = "envoy.service.ratelimit.v3.RateLimitService"
+OK = rls_pb2.RateLimitResponse.OK
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 POLICY = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
 
 
@@ -114,3 +124,46 @@ def test_calls_refused_while_draining_are_unavailable_never_cancelled() -> None:
     outcomes, remaining = asyncio.run(refusals_while_draining(200))
     assert outcomes == {("UNAVAILABLE", "shutting down: retry on another instance"): 201}
     assert remaining == 4
+
+
+@pytest.mark.slow  # a real server per transport, and a delay of seconds
+@pytest.mark.parametrize("transport", ["grpcio", "pyvoy"])
+def test_sigterm_reports_not_ready_and_still_answers_for_the_drain_delay(
+    tmp_path: Path, transport: str
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    management_port = free_port()
+    args = [
+        "--transport", transport,
+        "--drain-delay-s", "4",
+        "--management-port", str(management_port),
+        "--management-host", "127.0.0.1",
+    ]  # fmt: skip
+    with sluice_serve(tmp_path, config=policy, extra_args=args) as server:
+        ready = f"http://127.0.0.1:{management_port}/ready"
+        assert _status(ready) == 200
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+            assert stub.ShouldRateLimit(request("d"), timeout=5).overall_code == OK
+            server.process.send_signal(signal.SIGTERM)
+            check = health_pb2.HealthCheckRequest(service=RLS)
+            wait_until(
+                lambda: health.Check(check, timeout=5).status == NOT_SERVING, 3, "NOT_SERVING"
+            )
+            assert _status(ready) == 503
+            # Still answered, not refused: the load balancer has not caught up yet.
+            answer = stub.ShouldRateLimit(request("d"), timeout=5)
+            assert answer.overall_code == OK
+            assert answer.statuses[0].limit_remaining == 3
+            assert server.process.poll() is None
+        assert server.process.wait(30) == 0
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code

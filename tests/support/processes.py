@@ -32,8 +32,10 @@ __all__ = [
 
 
 def free_port() -> int:
+    """A port no socket holds on any address: Envoy binds its listeners to 0.0.0.0, which a
+    client's port on another loopback address (127.1.x.y) would refuse."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]
 
 
@@ -125,6 +127,7 @@ def sluice_serve(
     command_prefix: Sequence[str] = (),
     allowed_tracebacks: Sequence[str] = (),
     upstream_only: bool = False,
+    ports: tuple[int, int] | None = None,
 ) -> Iterator[SluiceProcess]:
     """Start ``sluice serve`` on free loopback ports and stop it (SIGTERM) afterwards.
 
@@ -138,8 +141,10 @@ def sluice_serve(
     ``upstream_only``: as envoyproxy/ratelimit is run, with no flag and no ``SLUICE_*``
     variable (not even inherited): the ports come from upstream's ``GRPC_HOST``,
     ``GRPC_PORT``, ``HOST`` and ``PORT``, the config database is the default one in
-    ``workdir``, and the rest is up to ``env``."""
-    grpc_port, http_port = free_port(), free_port()
+    ``workdir``, and the rest is up to ``env``.
+    ``ports``: the gRPC and HTTP ports (a restarted server takes its predecessor's); else
+    free ones."""
+    grpc_port, http_port = ports if ports is not None else (free_port(), free_port())
     inherited = dict(os.environ)
     if upstream_only:
         assert config is None and database_url is None and not extra_args

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from sluice.cli import _parser
 from sluice.settings import Settings, env_name
 
 ROOT = Path(__file__).parents[2]
@@ -79,3 +80,13 @@ def test_envoy_config_is_the_tested_example_with_service_names() -> None:
     )
     assert body == tested.rstrip("\n")
     assert yaml.safe_load(compose_config)  # parses
+
+
+def test_one_off_commands_name_a_subcommand_not_the_entry_point_again() -> None:
+    [subparsers] = [a for a in _parser()._actions if hasattr(a, "choices") and a.choices]
+    text = (ROOT / "docker-compose.yml").read_text().replace("\\\n#", " ")
+    runs = re.findall(r"docker compose run (?:--?[a-zA-Z-]+ )*([a-z-]+) +([a-z-]+)", text)
+    assert runs
+    for service, command in runs:
+        assert service in SERVICES
+        assert command in subparsers.choices, f"{service} runs `sluice {command}`"

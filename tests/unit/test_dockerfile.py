@@ -8,7 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from sluice.settings import Settings
 
@@ -42,9 +46,12 @@ def test_multi_stage_non_root_with_ports_health_check_and_serve() -> None:
     assert users and not users[-1].startswith(("root", "0"))
     exposed = {int(p) for op, arg in steps if op == "EXPOSE" for p in arg.split()}
     admin_port = 8501  # sluice admin --port default
-    assert exposed == {Settings().grpc_port, Settings().http_port, admin_port}
+    env = " ".join(arg for op, arg in steps if op == "ENV")
+    management_port = int(re.search(r"SLUICE_MANAGEMENT_PORT=(\d+)", env).group(1))
+    assert exposed == {Settings().grpc_port, Settings().http_port, management_port, admin_port}
     [health] = [arg for op, arg in steps if op == "HEALTHCHECK"]
-    assert "/healthcheck" in health and "SLUICE_HTTP_PORT" in health
+    # The management port: plaintext, so the check works with TLS on the service ports.
+    assert "/healthcheck" in health and "SLUICE_MANAGEMENT_PORT" in health
     entrypoint = [json.loads(arg) for op, arg in steps if op == "ENTRYPOINT"][-1]
     command = [json.loads(arg) for op, arg in steps if op == "CMD"][-1]
     assert entrypoint + command == ["sluice", "serve"]
@@ -96,7 +103,9 @@ def test_the_default_target_is_the_server_without_the_admin_app() -> None:
     assert {int(p) for op, arg in server if op == "EXPOSE" for p in arg.split()} == {
         Settings().grpc_port,
         Settings().http_port,
+        8082,  # the management port the image sets (SLUICE_MANAGEMENT_PORT)
     }
+    assert ("ENV", "SLUICE_MANAGEMENT_PORT=8082") in server
     installs = [arg for op, arg in venv_stage("") if op == "RUN" and "pip install" in arg]
     assert installs and not any("[admin]" in arg for arg in installs)
 
@@ -110,3 +119,21 @@ def test_the_admin_target_runs_the_admin_app_non_root() -> None:
     assert users and not users[-1].startswith(("root", "0"))
     installs = [arg for op, arg in venv_stage("admin") if op == "RUN" and "pip install" in arg]
     assert any("'.[admin]'" in arg for arg in installs)
+
+
+def test_the_server_image_installs_pinned_dependencies_that_satisfy_pyproject() -> None:
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pins[canonicalize_name(name)] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text in project["dependencies"]:
+        requirement = Requirement(text)
+        pinned = pins.get(canonicalize_name(requirement.name))
+        assert pinned is not None, f"{requirement.name} is missing from requirements.lock"
+        assert requirement.specifier.contains(pinned), f"{requirement.name}=={pinned}: {text}"
+    runs = [arg for op, arg in venv_stage("") if op == "RUN" and "pip install" in arg]
+    assert "-r requirements.lock" in runs[0]
+    assert "--no-deps" in runs[1] and "pip check" in runs[1]

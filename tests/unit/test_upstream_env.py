@@ -106,6 +106,13 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"USE_STATSD": "true", "DISABLE_STATS": "true"}, "statsd_address", ""),
         ({"MERGE_DOMAIN_CONFIG": "true"}, "merge_domain_config", True),
         ({"MERGE_DOMAIN_CONFIG": "0"}, "merge_domain_config", False),
+
+
+        # upstream's default, 24h
+        ({"GRPC_MAX_CONNECTION_AGE": "24h"}, "grpc_max_connection_age_s", 86400.0),
+        ({"GRPC_MAX_CONNECTION_AGE": "90s"}, "grpc_max_connection_age_s", 90.0),
+        ({"GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, "grpc_max_connection_age_grace_s", 3600.0),
+        ({"GRPC_MAX_CONNECTION_AGE_GRACE": "1500ms"}, "grpc_max_connection_age_grace_s", 1.5),
     ],
 )  # fmt: skip
 def test_upstream_variables_are_honoured(environ: dict, setting: str, value: Any) -> None:
@@ -195,6 +202,14 @@ def test_every_honoured_row_names_a_setting() -> None:
         (
             {"STATS_FLUSH_INTERVAL": "10"},
             "STATS_FLUSH_INTERVAL: '10' is not a duration (e.g. 100ms, 10s, 1m30s)",
+
+
+            {"GRPC_MAX_CONNECTION_AGE": "1d"},
+            "GRPC_MAX_CONNECTION_AGE: '1d' is not a duration (e.g. 100ms, 10s, 1m30s)",
+        ),
+        (
+            {"GRPC_MAX_CONNECTION_AGE_GRACE": "-1s"},
+            "GRPC_MAX_CONNECTION_AGE_GRACE: '-1s' may not be negative",
         ),
     ],
 )  # fmt: skip

@@ -3,6 +3,7 @@ both Client and AsyncClient."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,9 +17,17 @@ __all__ = ["ChannelConfig", "PemSource", "channel_config"]
 # PEM bytes, or the path of a PEM file.
 PemSource: TypeAlias = bytes | str | os.PathLike[str]
 
-# gRPC backs off reconnecting up to 120 s by default; a rate limiter that came back after an
-# outage would then go unused (every call degraded) for up to two minutes.
-_DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (("grpc.max_reconnect_backoff_ms", 5000),)
+_DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    # gRPC backs off reconnecting up to 120 s by default; a rate limiter that came back after
+    # an outage would then go unused (every call degraded) for up to two minutes.
+    ("grpc.max_reconnect_backoff_ms", 5000),
+    # Round robin over every address the target resolves to (a Kubernetes headless Service,
+    # ``ipv4:HOST:PORT,HOST:PORT``): calls spread over the servers, and the one retry of a
+    # call refused with UNAVAILABLE (client.py) goes to the next one, on another connection.
+    # gRPC's own retry policy would do that retry, but grpcio 1.85 sometimes never sends it
+    # (its timer, drawn at 0 ms, does not fire): the call then waits out its deadline.
+    ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -172,6 +172,19 @@ def _plain(value: struct_pb2.Value) -> object:
     return getattr(value, kind) if kind in ("number_value", "string_value") else None
 
 
+def retry_timeout_s(error: grpc.RpcError, *, left_s: float) -> float | None:
+    """The timeout of the one retry a failed call gets, or None for no retry.
+
+    Only UNAVAILABLE is retried: a Sluice shutting down refuses with it before counting
+    anything, and an unreachable one never saw the call, so asking another cannot count a
+    hit twice. DEADLINE_EXCEEDED, CANCELLED and the rest may follow a counted call. The retry
+    gets what is left of the call's timeout, so a call never takes longer than it."""
+    code = error.code() if hasattr(error, "code") else None
+    if code is grpc.StatusCode.UNAVAILABLE and left_s > 0:
+        return left_s
+    return None
+
+
 def decision_from_error(
     error: grpc.RpcError, *, descriptor_count: int, on_unavailable: OnUnavailable
 ) -> Decision:

@@ -15,7 +15,7 @@ import grpc.aio
 from sluice_client import _wire
 from sluice_client._acquire import next_step
 from sluice_client._channel import ChannelConfig, PemSource, channel_config
-from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
+from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice_client.types import Decision, DescriptorLike, OnUnavailable
 
 __all__ = ["AsyncClient"]
@@ -78,17 +78,23 @@ class AsyncClient:
         hits: int = 1,
         timeout_s: float | None = None,
     ) -> Decision:
-        """Ask Sluice once; ``hits`` are counted against every descriptor's limit."""
+        """As ``Client.check``: a call refused with UNAVAILABLE is asked again, once."""
         request = _wire.build_request(domain, descriptors, hits=hits)
         timeout = self._timeout_s if timeout_s is None else _wire.check_timeout(timeout_s)
+        stub = self._get_stub()
+        started = time.monotonic()
         try:
-            response = await self._get_stub().ShouldRateLimit(
-                request, timeout=timeout, metadata=self._metadata
-            )
+            response = await stub.ShouldRateLimit(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            return _wire.decision_from_error(
-                exc, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
-            )
+            retry_s = _wire.retry_timeout_s(exc, left_s=timeout - (time.monotonic() - started))
+            if retry_s is None:
+                return self._failed(exc, request)
+            try:
+                response = await stub.ShouldRateLimit(
+                    request, timeout=retry_s, metadata=self._metadata
+                )
+            except grpc.RpcError as again:
+                return self._failed(again, request)
         return _wire.parse_response(response)
 
     async def acquire(
@@ -111,6 +117,11 @@ class AsyncClient:
                 await sleep(step.wait_s)
             if step.done:
                 return decision
+
+    def _failed(self, error: grpc.RpcError, request: rls_pb2.RateLimitRequest) -> Decision:
+        return _wire.decision_from_error(
+            error, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
+        )
 
     async def close(self) -> None:
         if self._channel is not None:

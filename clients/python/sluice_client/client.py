@@ -13,7 +13,7 @@ import grpc
 from sluice_client import _wire
 from sluice_client._acquire import next_step
 from sluice_client._channel import PemSource, channel_config
-from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2_grpc
+from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice_client.types import Decision, DescriptorLike, OnUnavailable
 
 __all__ = ["Client"]
@@ -72,15 +72,24 @@ class Client:
         hits: int = 1,
         timeout_s: float | None = None,
     ) -> Decision:
-        """Ask Sluice once; ``hits`` are counted against every descriptor's limit."""
+        """Ask Sluice once (a call refused with UNAVAILABLE is asked again, once, of the next
+        server, within the same timeout); ``hits`` are counted against every descriptor's
+        limit."""
         request = _wire.build_request(domain, descriptors, hits=hits)
         timeout = self._timeout_s if timeout_s is None else _wire.check_timeout(timeout_s)
+        started = time.monotonic()
         try:
             response = self._stub.ShouldRateLimit(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            return _wire.decision_from_error(
-                exc, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
-            )
+            retry_s = _wire.retry_timeout_s(exc, left_s=timeout - (time.monotonic() - started))
+            if retry_s is None:
+                return self._failed(exc, request)
+            try:
+                response = self._stub.ShouldRateLimit(
+                    request, timeout=retry_s, metadata=self._metadata
+                )
+            except grpc.RpcError as again:
+                return self._failed(again, request)
         return _wire.parse_response(response)
 
     def acquire(
@@ -105,6 +114,11 @@ class Client:
                 sleep(step.wait_s)
             if step.done:
                 return decision
+
+    def _failed(self, error: grpc.RpcError, request: rls_pb2.RateLimitRequest) -> Decision:
+        return _wire.decision_from_error(
+            error, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
+        )
 
     def close(self) -> None:
         self._channel.close()

@@ -15,9 +15,10 @@ from sluice.metrics import Metrics
 
 __all__ = ["GrpcServer", "HEALTH_SERVICE_NAMES"]
 
-# "" is the whole server; "ratelimit" is what envoyproxy/ratelimit's health checks ask for.
-HEALTH_SERVICE_NAMES = ("", "ratelimit")
 _RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
+# "" is the whole server; "ratelimit" is what envoyproxy/ratelimit's health checks ask for;
+# the service's full name is what Envoy's and Kubernetes' gRPC health checks name.
+HEALTH_SERVICE_NAMES = ("", "ratelimit", _RLS_NAME)
 
 
 class GrpcServer:
@@ -31,15 +32,24 @@ class GrpcServer:
         credentials: grpc.ServerCredentials | None = None,
         reuse_port: bool = False,
         core: RateLimitCore | None = None,
+        max_connection_age_s: float = 0,
+        max_connection_age_grace_s: float = 0,
     ) -> None:
         """``reuse_port``: share the port with other processes that set it too (workers);
-        otherwise binding a port another server holds fails."""
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.so_reuseport", 1 if reuse_port else 0),
-                ("grpc.max_receive_message_length", 4 * 1024 * 1024),
-            ]
-        )
+        otherwise binding a port another server holds fails. ``max_connection_age_s``: send
+        GOAWAY to a connection this old (0: never), so long-lived clients such as Envoy
+        reconnect and spread over new instances; ``max_connection_age_grace_s``: then close
+        it after this long even with calls in flight (0: wait for them)."""
+        options: list[tuple[str, int]] = [
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
+            ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+        ]
+        if max_connection_age_s > 0:
+            options.append(("grpc.max_connection_age_ms", round(max_connection_age_s * 1000)))
+        if max_connection_age_grace_s > 0:
+            grace_ms = round(max_connection_age_grace_s * 1000)
+            options.append(("grpc.max_connection_age_grace_ms", grace_ms))
+        self._server = grpc.aio.server(options=options)
         self.servicer = RateLimitServicer(limiter, metrics, core=core)  # drain() on shutdown
         _add_rate_limit_service(self.servicer, self._server)
         # grpc-stubs (1.53) predates grpc_health's aio module and registered handlers.
