@@ -257,9 +257,11 @@ def test_a_call_past_its_deadline_is_not_decided(
     )
     thread.start()
     wait_until(lambda: held_redis.held_bytes > 0, 10, "the first call to reach Redis")
-    # Queued behind the held call: its deadline passes inside Sluice, before Redis.
+    # Queued behind the held call: its deadline passes inside Sluice, before Redis. A second
+    # is ample time to reach the server on a busy machine (a 1 ms deadline could pass in the
+    # client, and the server would never see the call), and the held call keeps it queued.
     with pytest.raises(grpc.RpcError) as info:
-        stub.ShouldRateLimit(request("d"), timeout=0.001)
+        stub.ShouldRateLimit(request("d"), timeout=1.0)
     assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     # The server saw the call and ended it undecided (the latency metric's "error" outcome).
     wait_until(
