@@ -26,6 +26,7 @@ from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from tests.support.holding_proxy import HoldingProxy
 from tests.support.processes import SluiceProcess, sluice_serve, wait_until
+from tests.support.procfs import process_tree
 
 POLICY = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
 RLS_NAME = "envoy.service.ratelimit.v3.RateLimitService"
@@ -137,29 +138,49 @@ def test_reflection_v1_answers_as_v1alpha(channel: grpc.Channel) -> None:
     assert {RLS_NAME, "grpc.health.v1.Health"} <= names
 
 
-def test_hundreds_of_concurrent_streams_all_decided(server: SluiceProcess, tmp_path: Path) -> None:
+def test_hundreds_of_concurrent_streams_all_decided_in_bounded_memory(
+    server: SluiceProcess, tmp_path: Path
+) -> None:
     body = tmp_path / "body.bin"
     message = request("d", "h2load").SerializeToString()
     body.write_bytes(b"\x00" + len(message).to_bytes(4, "big") + message)
-    before = decided(server, "OK") + decided(server, "OVER_LIMIT")
     calls = 20_000
-    result = subprocess.run(
-        [
-            H2LOAD,
-            *("-n", str(calls), "-c", "4", "-m", "200"),  # 800 streams open at once
-            *("-H", "content-type: application/grpc", "-H", "te: trailers"),
-            *("-d", str(body)),
-            f"http://{server.grpc_target}/{RLS_NAME}/ShouldRateLimit",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{calls} succeeded, 0 failed, 0 errored, 0 timeout" in result.stdout, result.stdout
+
+    def load() -> None:
+        result = subprocess.run(
+            [
+                H2LOAD,
+                *("-n", str(calls), "-c", "4", "-m", "200"),  # 800 streams open at once
+                *("-H", "content-type: application/grpc", "-H", "te: trailers"),
+                *("-d", str(body)),
+                f"http://{server.grpc_target}/{RLS_NAME}/ShouldRateLimit",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"{calls} succeeded, 0 failed, 0 errored, 0 timeout" in result.stdout, result.stdout
+
+    before = decided(server, "OK") + decided(server, "OVER_LIMIT")
+    load()
     # h2load sees HTTP statuses only: every call was decided (grpc-status 0), says Sluice.
-    after = decided(server, "OK") + decided(server, "OVER_LIMIT")
-    assert after - before == calls
+    assert decided(server, "OK") + decided(server, "OVER_LIMIT") - before == calls
+    # Bounded memory: a second round of the same load leaves the server (the launcher and
+    # Envoy with Sluice inside) no bigger than the first did, give or take allocator slack.
+    first = rss_mib(process_tree(server.process.pid))
+    load()
+    second = rss_mib(process_tree(server.process.pid))
+    assert second - first < 16, (first, second)
+
+
+def rss_mib(pids: set[int]) -> float:
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total / 1024
 
 
 # --- Redis behind a proxy that holds calls: drain and deadlines -----------------------------------
