@@ -83,7 +83,7 @@ edge_app = _edge_app() if os.environ.get("SLUICE_NOOP_EDGE") else None
 
 
 def serve_pyvoy(host: str, port: int, app: str) -> None:
-    from sluice.pyvoy_launcher import _die_with_parent, _listener_port, envoy_config, envoy_path
+    from sluice.pyvoy_launcher import _die_with_parent, _listener_port, envoy_command, envoy_config
     from sluice.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="sluice-noop-") as tmp:
@@ -96,8 +96,7 @@ def serve_pyvoy(host: str, port: int, app: str) -> None:
         env = {**os.environ, **get_envoy_environ(), "SLUICE_NOOP_EDGE": "1"}
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env["PYTHONPATH"]])
         process = subprocess.Popen(
-            [envoy_path(), "--config-path", str(path), "--use-dynamic-base-id"]
-            + ["--log-level", "error"],
+            envoy_command(path),
             env=env,
             start_new_session=True,
             preexec_fn=_die_with_parent,

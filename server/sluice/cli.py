@@ -50,7 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return 1
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     configure_logging(level=settings.log_level, log_format=settings.log_format)
     if args.command in ("serve", "settings"):
         unhonoured = upstream_env.warning_line(os.environ)

@@ -13,20 +13,24 @@ from collections.abc import Callable
 
 from sluice.errors import ConfigDatabaseError, ConfigError, SluiceError
 
-__all__ = ["run_reporting_errors"]
+__all__ = ["describe", "run_reporting_errors"]
+
+
+def describe(exc: SluiceError) -> tuple[int, list[str]]:
+    """One of Sluice's errors as the command reports it: the exit code and the stderr lines."""
+    if isinstance(exc, ConfigError):
+        return 1, list(exc.problems)
+    if isinstance(exc, ConfigDatabaseError):
+        return 3, [f"sluice: config database: {exc}"]
+    return 1, [f"sluice: {exc}"]
 
 
 def run_reporting_errors(command: Callable[[], int]) -> int:
     """Run ``command``; Sluice's errors become a message on stderr and their exit code."""
     try:
         return command()
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return 1
-    except ConfigDatabaseError as exc:
-        print(f"sluice: config database: {exc}", file=sys.stderr)
-        return 3
     except SluiceError as exc:
-        print(f"sluice: {exc}", file=sys.stderr)
-        return 1
+        code, lines = describe(exc)
+        for line in lines:
+            print(line, file=sys.stderr)
+        return code

@@ -12,8 +12,10 @@ lifecycle, because Envoy owns the process's signals: this app writes ``ready HTT
 once started; the launcher writes ``serving`` once Envoy's listener accepts (health turns
 SERVING then), and ``drain`` on SIGTERM, and the app drains as grpc.aio does
 (health NOT_SERVING, new calls UNAVAILABLE, calls in flight finish within the grace period,
-usage flushed) and answers ``stopped``; the launcher then ends Envoy. If the launcher goes
-away (the socket reads end-of-file), the app drains and ends Envoy itself.
+usage flushed), answers ``stopped`` and ends the process at once (``os._exit``, as
+grpc.aio's server does). If the launcher goes away (the socket reads end-of-file), the app
+drains and ends the process the same way. An app that refuses to start writes ``refused CODE
+LINES`` instead of ``ready``: the launcher exits with that code and prints those lines.
 
 Under ``sluice serve --workers N`` (N > 1) each worker's launcher runs one Envoy with this
 app; the supervisor's ``PROMETHEUS_MULTIPROC_DIR`` reaches it through the environment, and
@@ -23,9 +25,9 @@ its metrics are added up there with the other workers' (sluice/metrics.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-import signal
 import socket
 import sys
 
@@ -38,9 +40,12 @@ from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
 from sluice.edge.health import HealthService
 from sluice.edge.reflection import add_reflection
+from sluice.errors import SluiceError
+from sluice.exit_codes import describe
 from sluice.grpc.codec import encode_decision
 from sluice.grpc.core import RateLimitCore, decode_request
 from sluice.grpc.server import HEALTH_SERVICE_NAMES
+from sluice.logs import configure as configure_logging
 from sluice.policies.store import PolicyStore
 from sluice.settings import Settings, from_arguments
 
@@ -106,6 +111,13 @@ class Embedded:
         self._control_task: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
+        try:
+            await self._startup()
+        except SluiceError as exc:
+            _report_refusal(exc)
+            raise
+
+    async def _startup(self) -> None:
         _trace_this_thread()
         store = PolicyStore(self.settings.database_url)
         self._store = store.__enter__()
@@ -135,9 +147,14 @@ class Embedded:
         if line:
             writer.write(b"stopped\n")
             await writer.drain()
-            return
-        log.warning("the launcher is gone: ending Envoy")
-        os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            log.warning("the launcher is gone: ending Envoy")
+        # Drained and flushed: end Envoy at once, as grpc.aio's server ends its process
+        # (Sluice.run_until_signal). Envoy's own shutdown would join the interpreter's worker
+        # threads, which a hung config database can hold for minutes.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
 
     async def stop(self) -> None:
         """Drain and close, once (from the launcher's ``drain`` or Envoy's own shutdown)."""
@@ -154,6 +171,17 @@ class Embedded:
 
     async def shutdown(self) -> None:
         await self.stop()
+
+
+def _report_refusal(exc: SluiceError) -> None:
+    """Tell the launcher why this app refused to start, so ``sluice serve`` exits with the
+    code and the message it would have under grpc.aio (sluice/exit_codes.py)."""
+    fd = os.environ.get(CONTROL_FD_VARIABLE)
+    if fd is None:
+        return
+    code, lines = describe(exc)
+    with socket.socket(fileno=os.dup(int(fd))) as sock:
+        sock.sendall(b"refused %d %s\n" % (code, json.dumps(lines).encode()))
 
 
 def _start_coverage() -> None:
@@ -191,13 +219,11 @@ def _save_coverage() -> None:
 def build() -> GrpcApp:
     settings = from_arguments(None)
     worker = os.environ.get(WORKER_VARIABLE)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        # As the launcher's own lines under --workers (sluice/workers.py).
-        format="%(asctime)s %(levelname)s "
-        + (f"worker {worker} " if worker else "")
-        + "%(name)s: %(message)s",
+    # As the launcher's own lines (sluice/workers.py under --workers, else sluice/cli.py).
+    configure_logging(
+        level=settings.log_level,
+        log_format=settings.log_format,
+        worker=int(worker) if worker else None,
     )
     return Embedded(settings).app
 

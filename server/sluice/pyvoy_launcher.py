@@ -5,7 +5,14 @@ This process stays the one a supervisor sees and signals (``sluice serve``): it 
 config database up to date before (cli.py), starts Envoy as a child in its own session (so a
 terminal's Ctrl-C reaches only this process), and on SIGTERM or SIGINT asks the app inside
 Envoy to drain over a socket pair, waits for it, ends Envoy and exits 0. Envoy dies with this
-process (PR_SET_PDEATHSIG), and the app ends Envoy when the socket closes.
+process (PR_SET_PDEATHSIG), and the app ends Envoy when the socket closes. An app that
+refuses to start says why over the same socket, and this process exits with the code and
+the message ``sluice serve`` has under grpc.aio (sluice/exit_codes.py).
+
+Envoy runs one worker thread (``--concurrency 1``; its default is one per hardware thread,
+whatever the process's CPU affinity): every call waits for the app's one event loop, so more
+threads only add hand-offs to it. ``--workers N`` is how a server uses more cores. With
+``--log-format json`` Envoy's own lines are JSON too, shaped like the app's.
 
 The Envoy config is pyvoy's own (``PyvoyServer.get_envoy_config``: one listener, the pyvoy
 filter as the terminal HTTP filter) with these deliberate changes for gRPC:
@@ -47,6 +54,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import fields
@@ -56,7 +64,7 @@ from typing import Any
 from sluice.settings import Settings, env_name
 from sluice.tls import ServerTls
 
-__all__ = ["envoy_config", "serve", "tls_transport_socket"]
+__all__ = ["envoy_command", "envoy_config", "serve", "tls_transport_socket"]
 
 log = logging.getLogger("sluice")
 
@@ -106,6 +114,19 @@ def tls_transport_socket(tls: ServerTls) -> dict[str, Any]:
         }
         context["require_client_certificate"] = True
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+# Envoy's own lines as JSON, with the keys sluice/logs.py's JsonFormatter writes.
+_ENVOY_JSON_LOG = '{"@timestamp":"%Y-%m-%dT%T.%fZ","level":"%l","logger":"envoy","@message":"%j"}'
+
+
+def envoy_command(config_path: Path, log_format: str = "text") -> list[str]:
+    """Envoy's command line for a config ``envoy_config`` wrote (see the module docstring)."""
+    command = [str(envoy_path()), "--config-path", str(config_path), "--use-dynamic-base-id"]
+    command += ["--concurrency", "1", "--log-level", "error"]
+    if log_format == "json":
+        command += ["--log-format", _ENVOY_JSON_LOG]
+    return command
 
 
 def envoy_config(
@@ -243,12 +264,7 @@ async def serve(
         ours, theirs = socket.socketpair()
         env[CONTROL_FD_VARIABLE] = str(theirs.fileno())
         process = await asyncio.create_subprocess_exec(
-            envoy_path(),
-            "--config-path",
-            str(config_path),
-            "--use-dynamic-base-id",
-            "--log-level",
-            "error",
+            *envoy_command(config_path, settings.log_format),
             env=env,
             pass_fds=(theirs.fileno(),),
             start_new_session=True,
@@ -273,11 +289,30 @@ async def _drive(
     """Take Envoy, just started, through its lifecycle (the module docstring): exit code."""
     admin_socket = private / "admin.sock"
     config_path = private / "envoy.json"
+    # From the start: a signal while Envoy starts ends it too, rather than this process alone
+    # (Envoy, given SIGTERM by PR_SET_PDEATHSIG while its app starts, can wait forever).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    signalled = asyncio.ensure_future(stop.wait())
     reader, writer = await asyncio.open_unix_connection(sock=ours)
     exited = asyncio.ensure_future(process.wait())
     ready = asyncio.ensure_future(reader.readline())
-    await asyncio.wait((ready, exited), timeout=START_TIMEOUT_S, return_when="FIRST_COMPLETED")
+    await asyncio.wait(
+        (ready, exited, signalled), timeout=START_TIMEOUT_S, return_when="FIRST_COMPLETED"
+    )
+    if signalled.done() and not ready.done():
+        log.info("signal received while Envoy was starting: stopping it")
+        await _end(process)
+        return 0
     line = ready.result() if ready.done() else b""
+    if line.startswith(b"refused "):  # the app's own error: its exit code and message
+        _, refusal, lines = line.split(b" ", 2)
+        for text in json.loads(lines):
+            print(text, file=sys.stderr)
+        await _end(process)
+        return int(refusal)
     if not line.startswith(b"ready "):
         log.error(
             "Envoy did not start (%s)",
@@ -308,11 +343,6 @@ async def _drive(
         if path not in (admin_socket, config_path):
             path.unlink()
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    signalled = asyncio.ensure_future(stop.wait())
     await asyncio.wait((signalled, exited), return_when="FIRST_COMPLETED")
     if not signalled.done():
         log.error("Envoy exited with %s", process.returncode)

@@ -85,9 +85,10 @@ class Settings:
         "closed; 0: no limit.",
     )
     transport: str = _setting(
-        "grpcio",
-        "What serves the gRPC port: grpcio (grpc.aio) or pyvoy (Envoy's HTTP/2 running Sluice's "
-        "gRPC-over-ASGI edge; TLS from the same --tls-* flags).",
+        "pyvoy",
+        "What serves the gRPC port: pyvoy (Envoy's HTTP/2 running Sluice's gRPC-over-ASGI edge, "
+        "about a fifth of grpc.aio's CPU per call) or grpcio (grpc.aio, no Envoy process); TLS "
+        "from the same --tls-* flags on both.",
     )
     tls_cert_file: str = _setting(
         "", "PEM certificate chain both ports present; with --tls-key-file, TLS on both ports."

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from types import FrameType
 
+from sluice.logs import configure as configure_logging
 from sluice.settings import Settings, flag_name
 
 __all__ = ["Supervisor", "refusal", "worker_main"]
@@ -299,11 +300,7 @@ def worker_main(argv: list[str]) -> int:
 
     index, ready_fd = int(argv[0]), int(argv[1])
     settings = Settings(**json.loads(sys.stdin.buffer.read()))
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s worker {index} %(name)s: %(message)s",
-    )
+    configure_logging(level=settings.log_level, log_format=settings.log_format, worker=index)
     _end_with_parent()
 
     def started() -> None:

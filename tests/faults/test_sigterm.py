@@ -23,7 +23,6 @@ Reproduce the numbers: ``.venv/bin/python -m pytest -s tests/faults/test_sigterm
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 import urllib.error
@@ -38,6 +37,7 @@ import grpc
 from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from tests.support.processes import SluiceProcess, sluice_serve, wait_until
+from tests.support.procfs import process_tree, socket_inodes, tcp_sockets
 from tests.support.redis_servers import RedisProcess
 
 GRACE_S = 8.0
@@ -112,40 +112,20 @@ class Load:
         return sum(1 for c in self.calls if c.answered_by)
 
 
-def tcp_sockets() -> list[tuple[int, int, int, int]]:
-    """Established loopback TCP sockets: (local port, remote port, unread bytes, inode)."""
-    out = []
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] != "01":  # ESTABLISHED
-            continue
-        local, remote = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
-        out.append((local, remote, int(fields[4].split(":")[1], 16), int(fields[9])))
-    return out
-
-
-def socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
-
-
 def holds_calls_on_redis(server: SluiceProcess, redis_port: int) -> bool:
     """``server`` has read every call its clients sent, and a script call of its own waits,
     unread, in the frozen Redis's socket."""
-    sockets = tcp_sockets()
-    if any(local == server.grpc_port and unread for local, _, unread, _ in sockets):
+    sockets = [s for s in tcp_sockets() if s[2] == "01"]  # established
+    if any(local == server.grpc_port and unread for local, _, _, unread, _ in sockets):
         return False
-    mine = socket_inodes(server.process.pid)
-    ports = {local for local, remote, _, inode in sockets if remote == redis_port and inode in mine}
+    # The process started and its children: under pyvoy, Envoy holds the Redis connections.
+    mine = set().union(*map(socket_inodes, process_tree(server.process.pid)))
+    ports = {
+        local for local, remote, *_, inode in sockets if remote == redis_port and inode in mine
+    }
     return any(
-        local == redis_port and remote in ports and unread for local, remote, unread, _ in sockets
+        local == redis_port and remote in ports and unread
+        for local, remote, _, unread, _ in sockets
     )
 
 

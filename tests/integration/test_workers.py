@@ -29,6 +29,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.policies.store import PolicyStore
 from sluice.usage.store import UsageStore
 from tests.support.processes import SluiceProcess, run_sluice, sluice_serve, wait_until
+from tests.support.procfs import children, socket_inodes, tcp_sockets
 from tests.support.redis_servers import RedisProcess
 
 LIMIT = 50
@@ -40,49 +41,6 @@ descriptors:
     rate_limit: {{unit: minute, requests_per_unit: 1000000}}
 """
 OK, OVER_LIMIT = rls_pb2.RateLimitResponse.OK, rls_pb2.RateLimitResponse.OVER_LIMIT
-
-
-# -- /proc: processes, and who holds which socket ---------------------------------------------
-
-
-def children(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == pid and state != "Z":
-            found.add(int(entry.name))
-    return found
-
-
-def socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
-
-
-def tcp_sockets() -> list[tuple[int, int, str, int, int]]:
-    """Loopback TCP sockets: (local port, remote port, state, unread bytes, inode)."""
-    out = []
-    # tcp6 too: grpc's sockets are IPv6 ones, with IPv4-mapped loopback addresses.
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            local, remote = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
-            unread = int(fields[4].split(":")[1], 16)
-            out.append((local, remote, fields[3], unread, int(fields[9])))
-    return out
 
 
 def connection_owners(port: int, pids: set[int]) -> dict[int, int]:
@@ -448,12 +406,17 @@ def test_sigterm_drains_every_worker_and_the_supervisor_exits_0(
     assert not Path(next(iter(metrics_dirs))).exists()  # the supervisor removed it
 
 
-def test_one_worker_is_the_process_started(tmp_path: Path) -> None:
-    with sluice_serve(tmp_path, extra_args=["--workers", "1"]) as server:
+def test_one_worker_is_the_process_started(tmp_path: Path, transport: str) -> None:
+    args = ["--workers", "1", "--transport", transport]
+    with sluice_serve(tmp_path, extra_args=args) as server:
         pid = server.process.pid
-        assert listening_pids(server.grpc_port, {pid}) == {pid}
-        assert listening_pids(server.http_port, {pid}) == {pid}
-        assert children(pid) == set()
+        # grpcio: this process serves both ports. pyvoy: its one child, Envoy, does (the
+        # HTTP port from the app inside it), and Envoy starts nothing of its own.
+        serving = pid if transport == "grpcio" else next(iter(children(pid)), -1)
+        assert children(pid) == (set() if transport == "grpcio" else {serving})
+        assert listening_pids(server.grpc_port, {pid, serving}) == {serving}
+        assert listening_pids(server.http_port, {pid, serving}) == {serving}
+        assert children(serving) == set()
     assert "sluice.workers" not in server.log()  # no supervisor
 
 

@@ -149,14 +149,14 @@ def test_docs_table_lists_every_setting_with_its_default() -> None:
     assert rows == expected
 
 
-def test_transport_is_grpcio_or_pyvoy_and_both_take_the_tls_settings() -> None:
-    assert from_arguments(parse()).transport == "grpcio"
-    assert from_arguments(parse("--transport", "pyvoy")).transport == "pyvoy"
+def test_transport_is_pyvoy_or_grpcio_and_both_take_the_tls_settings() -> None:
+    assert from_arguments(parse()).transport == "pyvoy"
+    assert from_arguments(parse("--transport", "grpcio")).transport == "grpcio"
     with pytest.raises(ValueError, match="unknown transport 'h3'"):
         from_arguments(parse("--transport", "h3"))
     tls = ("--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", "--tls-client-ca-file", "ca.pem")
-    assert from_arguments(parse(*tls)).tls_cert_file == "c.pem"  # grpcio: as before
-    pyvoy = from_arguments(parse("--transport", "pyvoy", *tls))
+    assert from_arguments(parse("--transport", "grpcio", *tls)).tls_cert_file == "c.pem"
+    pyvoy = from_arguments(parse(*tls))
     assert (pyvoy.tls_cert_file, pyvoy.tls_key_file, pyvoy.tls_client_ca_file) == (
         "c.pem",
         "k.pem",
