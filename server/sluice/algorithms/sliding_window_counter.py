@@ -163,6 +163,4 @@ def expires_at(state: CounterState, limit: Limit) -> float:
     return _expires(state, _spacing(limit, state.window_start))
 
 
-ALGORITHM: Algorithm = Algorithm(
-    "sliding_window_counter", step, expires_at, calendar_windows=True
-)
+ALGORITHM: Algorithm = Algorithm("sliding_window_counter", step, expires_at, calendar_windows=True)

@@ -70,9 +70,7 @@ def _period(limit: Limit, at: float | None) -> str:
     return calendar.argument(at)
 
 
-def encode_args(
-    hits: Sequence[Hit], now: float | None, *, at: float | None = None
-) -> list[str]:
+def encode_args(hits: Sequence[Hit], now: float | None, *, at: float | None = None) -> list[str]:
     """ARGV for ``hits``; ``now=None`` lets the script read Redis's clock."""
     at = now if at is None else at
     # repr is the shortest string that parses back to the same double, in Lua too.
