@@ -97,8 +97,11 @@ class Stack:
         return f"--- envoy log ---\n{self.envoy.log()}\n--- sluice log ---\n{self.sluice.log()}"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+# Against both transports of Sluice's gRPC port, as tests/e2e/test_envoy.py.
+@pytest.fixture(scope="module", params=["grpcio", "pyvoy"])
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
     try:
         envoy_binary()
     except FileNotFoundError as exc:
@@ -108,7 +111,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     thread.start()
     workdir = tmp_path_factory.mktemp("envoy-tokens")
     try:
-        with sluice_serve(workdir, config=POLICY) as sluice:
+        transport = ["--transport", request.param]
+        with sluice_serve(workdir, config=POLICY, extra_args=transport) as sluice:
             listener, admin = free_port(), free_port()
             config = rewrite_ports(
                 yaml.safe_load(ENVOY_CONFIG.read_text()),
