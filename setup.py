@@ -27,6 +27,7 @@ COMPILED = [
     "server/sluice/algorithms/leaky_bucket.py",
     "server/sluice/algorithms/gcra.py",
     "server/sluice/algorithms/_schedule.py",
+    "server/sluice/algorithms/calendar.py",
 ]
 
 

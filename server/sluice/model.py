@@ -84,6 +84,8 @@ class RateLimit:
 
     ``name`` is the rule's name, echoed to clients in ``current_limit.name``. ``burst`` is the
     capacity of token_bucket, leaky_bucket and gcra (None: ``requests_per_unit``).
+    ``timezone`` is set when the limit counts in calendar windows (``calendar: true``): the
+    IANA zone whose days, weeks, months or years they are; None: epoch-aligned windows.
     """
 
     requests_per_unit: int
@@ -91,6 +93,7 @@ class RateLimit:
     name: str = ""
     algorithm: str = "fixed_window"
     burst: int | None = None
+    timezone: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

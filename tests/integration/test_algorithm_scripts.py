@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, gcra, leaky_bucket
 from sluice.algorithms._schedule import FOLD_CELLS
+from sluice.algorithms.calendar import CALENDAR_UNITS, calendar_for
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.redis.scripts import SCRIPT_SOURCE, ApplyScript, decode_result, encode_args
+from sluice.model import Unit
 from tests.support.algorithm_properties import (
     check_saturated_rate,
     schedule_limits,
@@ -405,3 +407,80 @@ def test_fixed_window_state_is_shared_with_the_previous_script(harness: Harness)
         assert harness.run(harness.client.pttl(key)) > 0
     assert allowed == [True] * 10 + [False] * 4
     assert harness.run(harness.client.hget(key, "c")) == b"14"
+
+
+# Calendar windows: the script steps with the boundaries Python sends, so the two agree.
+CALENDAR_ZONES = ["UTC", "Europe/Paris", "America/Santiago", "America/Sao_Paulo", "Pacific/Apia"]
+
+
+@st.composite
+def calendar_traffic(draw: st.DrawFn):
+    algorithm = draw(st.sampled_from(["fixed_window", "sliding_window_counter"]))
+    unit = draw(st.sampled_from(CALENDAR_UNITS))
+    zone = draw(st.sampled_from(CALENDAR_ZONES))
+    rate = draw(st.one_of(st.integers(0, 6), st.just(50)))
+    limit = Limit(
+        rate, unit.seconds, ALGORITHMS[algorithm], rate, calendar=calendar_for(unit, zone)
+    )
+    # Start just before a boundary (a DST change or a month's end, for some draws), then
+    # steps of seconds to months.
+    t0 = draw(st.floats(1_300_000_000.0, 1_900_000_000.0))
+    t0 = limit.calendar.boundaries(t0)[4] - draw(st.floats(0.0, 90.0))
+    steps = []
+    for _ in range(draw(st.integers(1, 15))):
+        dt = draw(st.one_of(time_steps, st.sampled_from([3600.0, 86400.0, 2_678_400.0])))
+        steps.append((dt, [Hit(("cal",), (limit,), draw(st.integers(0, 7)))]))
+    return t0, steps
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=calendar_traffic())
+def test_calendar_windows_match_memory(harness: Harness, case) -> None:
+    _replay(harness, *case)
+
+
+@pytest.mark.parametrize("algorithm", ["fixed_window", "sliding_window_counter"])
+@pytest.mark.parametrize("skew_s", [-30.0, 30.0])
+def test_calendar_windows_with_redis_clock_ahead_or_behind(
+    harness: Harness, algorithm: str, skew_s: float
+) -> None:
+    # Sluice lays the windows out from its clock (at); Redis decides on its own (now), a
+    # boundary away: the window Redis is in is among those sent, and it decides as memory
+    # would at Redis's time.
+    limit = Limit(
+        3,
+        Unit.MONTH.seconds,
+        ALGORITHMS[algorithm],
+        3,
+        calendar=calendar_for(Unit.MONTH, "Europe/Paris"),
+    )
+    boundary = float(limit.calendar.boundaries(1_775_000_000.0)[4])
+    key = f"{{k}}:{uuid.uuid4().hex}"
+    memory = MemoryBackend()
+    for redis_now in (boundary - 10.0, boundary + 5.0):
+        hits = [Hit(("k",), (limit,), 2)]
+        got = harness.run(harness.script([key], hits, redis_now, at=redis_now - skew_s))
+        assert _exact(got) == _exact(memory.apply_now(hits, redis_now))
+    harness.run(harness.client.delete(key))
+
+
+def test_a_clock_outside_the_calendar_windows_sent_fails_before_writing(harness: Harness) -> None:
+    limit = Limit(
+        3, Unit.DAY.seconds, ALGORITHMS["fixed_window"], 3, calendar=calendar_for(Unit.DAY, "UTC")
+    )
+    key = f"{{o}}:{uuid.uuid4().hex}"
+    hits = [Hit(("o",), (limit,), 1)]
+    with pytest.raises(Exception, match="outside the calendar windows sent"):
+        harness.run(harness.script([key], hits, 1_700_000_000.0 + 3 * 86400, at=1_700_000_000.0))
+    assert harness.run(harness.client.exists(key)) == 0
+
+
+def test_malformed_calendar_boundaries_are_refused(harness: Harness) -> None:
+    key = f"{{m}}:{uuid.uuid4().hex}"
+    for period in ("1,2,3", "8,7,6,5,4,3,2,1", "1,2,x,4,5,6,7,8"):
+        args = ["100.0", "1", "1", "fixed_window", "1", period, "0"]
+        with pytest.raises(Exception, match="bad limit"):
+            harness.run(harness.client.evalsha(harness.script._script.sha, 1, key, *args))
+    args = ["100.0", "1", "1", "gcra", "1", "1,2,3,4,5,6,7,8", "1"]  # no windows to align
+    with pytest.raises(Exception, match="bad limit"):
+        harness.run(harness.client.evalsha(harness.script._script.sha, 1, key, *args))

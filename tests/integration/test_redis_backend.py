@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from sluice.algorithms import ALGORITHMS, Limit
+from sluice.algorithms.calendar import calendar_for
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.redis.backend import RedisBackend
 from sluice.backends.redis.connect import connect
+from sluice.model import Unit
 from tests.integration.redis_support import (
     calls,
     data_nodes,
@@ -168,3 +171,40 @@ def test_the_key_prefix_is_honoured(url: str, loop: asyncio.AbstractEventLoop) -
     loop.run_until_complete(b.close())
     keys = [key for _, key in scan_keys(nodes, prefix + "*")]
     assert keys == [f"{prefix}{{d:k}}:fixed_window:60".encode()]
+
+
+def test_calendar_windows_on_redis_clock_count_to_the_next_boundary(
+    url: str, prefix: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    # Redis decides on its own clock (server_time, the default); Sluice lays the calendar's
+    # windows out from the request's time, which here is this machine's clock too.
+    month = Unit.MONTH
+    limits = (
+        Limit(
+            2, month.seconds, ALGORITHMS["fixed_window"], calendar=calendar_for(month, "Asia/Tokyo")
+        ),
+        Limit(
+            2,
+            month.seconds,
+            ALGORITHMS["sliding_window_counter"],
+            calendar=calendar_for(month, "Asia/Tokyo"),
+        ),
+    )
+    b = backend(url, prefix)
+
+    async def run() -> list[tuple]:
+        outcomes = []
+        for _ in range(3):
+            now = time.time()
+            outcomes.append((now, await b.apply([Hit(("d", "tenant", "t1"), limits, 1)], now)))
+        await b.close()
+        return outcomes
+
+    (first_at, (first,)), _, (third_at, (third,)) = loop.run_until_complete(run())
+    boundary = limits[0].calendar.boundaries(first_at)[4]
+    fixed, sliding = first
+    assert fixed.allowed and sliding.allowed
+    # Counted to the end of Tokyo's month (Redis's clock and this one read apart: a second).
+    assert abs(first_at + fixed.reset_s - boundary) < 1.0
+    assert [o.allowed for o in third] == [False, False]
+    assert abs(third_at + third[0].reset_s - boundary) < 1.0

@@ -396,3 +396,40 @@ def test_fixed_windows_report_whole_seconds_like_envoyproxy_ratelimit() -> None:
     limiter, clock = make()
     clock.set(START + 0.25)  # 39.75 s left in the minute: upstream says 40
     assert ask(limiter, d(("user", "a"))).statuses[0].duration_until_reset_s == 40
+
+
+def test_calendar_windows_count_to_the_next_boundary_in_the_status_and_headers() -> None:
+    policy = textwrap.dedent(
+        """
+        domain: ai
+        descriptors:
+          - key: tenant
+            rate_limit:
+              unit: month
+              requests_per_unit: 1000
+              calendar: true
+              timezone: Europe/Paris
+        """
+    )
+    # 2026-10-31 23:00 in Paris (22:00 UTC, an hour after the clocks went back): an hour and
+    # a bit of October left, though the epoch-aligned 30-day window would run for days.
+    november = 1_793_487_600  # 2026-11-01 00:00 in Paris
+    clock = ManualClock(november - 3600.5)
+    snapshot = Snapshot(load_text(policy, "t.yaml"))
+    limiter = RateLimiter(
+        lambda: snapshot, MemoryBackend(), clock, LimiterSettings(response_headers=True)
+    )
+    limit = snapshot.policies[0].descriptors[0].limits[0]
+    full = ask(limiter, d(("tenant", "acme")), hits=1000, domain="ai")
+    assert full.statuses[0] == DescriptorStatus(Code.OK, limit, 0, 3601)
+    over = ask(limiter, d(("tenant", "acme")), hits=1, domain="ai")
+    assert over.statuses[0] == DescriptorStatus(Code.OVER_LIMIT, limit, 0, 3601)
+    assert over.response_headers == (
+        Header("RateLimit-Policy", '"default";q=1000;w=2592000'),
+        Header("RateLimit", '"default";r=0;t=3601'),
+        Header("Retry-After", "3601"),
+    )
+    clock.advance(3600.5)  # November: a new window
+    ok = ask(limiter, d(("tenant", "acme")), hits=1000, domain="ai")
+    assert ok.statuses[0].code is Code.OK
+    assert ok.statuses[0].duration_until_reset_s == 30 * 86400  # November's own length

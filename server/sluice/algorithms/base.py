@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.algorithms.calendar import Calendar
 from sluice.model import RateLimit
 from sluice.records import record
 
@@ -54,6 +55,9 @@ class Algorithm:
     # Memory per key grows with requests_per_unit, so policies cap the limit
     # (--max-sliding-log-limit).
     stores_each_request: bool = False
+    # Its windows can follow a calendar (``Limit.calendar``): the algorithms that count in
+    # windows. The others have no window to align (a rate, a bucket, a log of instants).
+    calendar_windows: bool = False
 
     def __repr__(self) -> str:
         return f"<algorithm {self.name}>"
@@ -66,6 +70,8 @@ class Limit:
     ``requests_per_unit`` per ``period_s`` seconds, counted by ``algorithm``; ``burst`` is the
     capacity of the algorithms that take one (compiled from the policy: ``requests_per_unit``
     when not given). ``rate_limit`` is what clients are told in ``current_limit``.
+    ``calendar``, when set, replaces the epoch-aligned windows of ``period_s`` by calendar
+    windows (``period_s`` stays the unit's nominal length, which names the state's key).
     """
 
     requests_per_unit: int
@@ -73,3 +79,4 @@ class Limit:
     algorithm: Algorithm
     burst: int = 0
     rate_limit: RateLimit | None = None
+    calendar: Calendar | None = None

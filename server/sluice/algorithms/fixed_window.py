@@ -5,11 +5,15 @@ ones included (Redis ``INCRBY`` semantics), so a client that keeps hammering sta
 ``reset_s`` is the exact rest of the window: the over-limit cache refuses until then, so it
 must not be late. The limiter reports it rounded up to whole seconds, which is exactly what
 envoyproxy/ratelimit reports (``unit - now % unit`` on whole-second ``now``).
+
+With ``limit.calendar`` the window is the calendar window holding ``now`` instead
+(``sluice.algorithms.calendar``), and the reset counts to its end.
 """
 
 from __future__ import annotations
 
 from sluice.algorithms.base import Algorithm, Limit, Outcome
+from sluice.algorithms.calendar import window_index
 from sluice.records import record
 
 __all__ = ["ALGORITHM", "WindowState", "expires_at", "step"]
@@ -24,21 +28,37 @@ class WindowState:
 def step(
     state: WindowState | None, limit: Limit, now: float, cost: int
 ) -> tuple[WindowState, Outcome]:
-    now_s = int(now)
-    period = limit.period_s
-    start = now_s - now_s % period
+    calendar = limit.calendar
+    if calendar is None:
+        now_s = int(now)
+        period = limit.period_s
+        start = now_s - now_s % period
+        end = start + period
+    else:
+        bounds = calendar.boundaries(now)
+        i = window_index(bounds, now)
+        start, end = bounds[i], bounds[i + 1]
     count = state.count if state is not None and state.window_start_s == start else 0
     count += cost
     allowed = count <= limit.requests_per_unit
     remaining = limit.requests_per_unit - count if allowed else 0
     fits = cost <= limit.requests_per_unit
-    return WindowState(start, count), Outcome(allowed, remaining, start + period - now, fits=fits)
+    return WindowState(start, count), Outcome(allowed, remaining, end - now, fits=fits)
 
 
 def expires_at(state: WindowState, limit: Limit) -> float:
-    return state.window_start_s + limit.period_s
+    calendar = limit.calendar
+    if calendar is None:
+        return state.window_start_s + limit.period_s
+    bounds = calendar.boundaries(state.window_start_s)
+    return bounds[window_index(bounds, state.window_start_s) + 1]
 
 
 ALGORITHM: Algorithm = Algorithm(
-    "fixed_window", step, expires_at, counts_refused=True, whole_second_resets=True
+    "fixed_window",
+    step,
+    expires_at,
+    counts_refused=True,
+    whole_second_resets=True,
+    calendar_windows=True,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sluice.algorithms import ALGORITHMS, Limit
+from sluice.algorithms.calendar import calendar_for
 from sluice.model import DomainPolicy, LimitOverride, RateLimit, Rule
 from sluice.policies.glob import Glob
 from sluice.records import record
@@ -43,8 +44,15 @@ def compile_limit(rate_limit: RateLimit) -> Limit:
     """The limit as the request path uses it: the algorithm resolved, ``burst`` defaulted."""
     burst = rate_limit.burst if rate_limit.burst is not None else rate_limit.requests_per_unit
     algorithm = ALGORITHMS[rate_limit.algorithm]
+    zone = rate_limit.timezone
+    calendar = calendar_for(rate_limit.unit, zone) if zone is not None else None
     return Limit(
-        rate_limit.requests_per_unit, rate_limit.unit.seconds, algorithm, burst, rate_limit
+        rate_limit.requests_per_unit,
+        rate_limit.unit.seconds,
+        algorithm,
+        burst,
+        rate_limit,
+        calendar,
     )
 
 

@@ -13,6 +13,7 @@ the load goes on and says so in ``warnings`` (``sluice check --strict`` fails on
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -24,6 +25,7 @@ from yaml.events import AliasEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
+from sluice.algorithms.calendar import CALENDAR_UNITS, known_zone
 from sluice.errors import ConfigError
 from sluice.model import LIMIT_OVERRIDES, DomainPolicy, RateLimit, Rule, Unit
 from sluice.policies.glob import MAX_WILDCARDS
@@ -66,7 +68,10 @@ _LIMIT_KEYS = (
     "algorithm",
     "burst",
     "limits",
+    "calendar",
+    "timezone",
 )
+_DEFAULT_TIMEZONE = "UTC"
 _ONE_LIMIT_KEYS = ("unit", "requests_per_unit", "algorithm", "burst")
 _REPLACES_KEYS = ("name",)
 # envoyproxy/ratelimit checks every key against this one list, whatever its level, and ignores
@@ -498,22 +503,63 @@ class _Loader:
         if unlimited:
             if Unit.parse(self.string(fields.get("unit"), "unit") or "") is not None:
                 self.error(fields["unit"], "should not specify rate limit unit when unlimited")
-            for extra in ("algorithm", "burst", "limits"):
+            for extra in ("algorithm", "burst", "limits", "calendar", "timezone"):
                 if extra in fields:
                     self.error(fields[extra], f"'{extra}' has no meaning when unlimited")
             # An unlimited rule counts nothing, so its requests_per_unit is checked, then dropped.
             self.requests_per_unit(fields.get("requests_per_unit"), required=False)
             return (), True, name, replaces
+        zone = self.calendar(fields)
         if "limits" not in fields:
             limit = self.one_limit(node, fields, name, upstream=True)
-            return ((limit,) if limit is not None else ()), False, name, replaces
-        for single in _ONE_LIMIT_KEYS:
-            if single in fields:
-                self.error(
-                    fields[single],
-                    f"'{single}' belongs inside each entry of 'limits' when 'limits' is given",
-                )
-        return self.limit_list(fields["limits"], name), False, name, replaces
+            limits: tuple[RateLimit, ...] = (limit,) if limit is not None else ()
+        else:
+            for single in _ONE_LIMIT_KEYS:
+                if single in fields:
+                    self.error(
+                        fields[single],
+                        f"'{single}' belongs inside each entry of 'limits' when 'limits' is given",
+                    )
+            limits = self.limit_list(fields["limits"], name)
+        if zone is not None:
+            limits = tuple(self.on_calendar(limit, zone, fields["calendar"]) for limit in limits)
+        return limits, False, name, replaces
+
+    def calendar(self, fields: dict[str, Node]) -> str | None:
+        """The zone of a block's calendar windows, or None for epoch-aligned windows."""
+        calendar = self.boolean(fields.get("calendar"), "calendar")
+        zone = self.string(fields.get("timezone"), "timezone")
+        if zone is not None and not calendar:
+            self.error(fields["timezone"], "'timezone' applies only with 'calendar: true'")
+            return None
+        if not calendar:
+            return None
+        if zone is None:
+            return _DEFAULT_TIMEZONE
+        if not known_zone(zone):
+            self.error(
+                fields["timezone"],
+                f"unknown timezone '{zone}' (an IANA time zone name such as Europe/Paris)",
+            )
+            return None
+        return zone
+
+    def on_calendar(self, limit: RateLimit, zone: str, at: Node) -> RateLimit:
+        """``limit`` counted in calendar windows of ``zone``, if it can be (else reported)."""
+        if not ALGORITHMS[limit.algorithm].calendar_windows:
+            windowed = [n for n, a in ALGORITHMS.items() if a.calendar_windows]
+            self.error(
+                at,
+                f"'calendar' needs an algorithm that counts in windows ({' or '.join(windowed)}); "
+                f"{limit.algorithm} has no window to align to the calendar",
+            )
+        elif limit.unit not in CALENDAR_UNITS:
+            self.error(
+                at,
+                f"'calendar' applies to day, week, month and year limits, not "
+                f"{limit.unit.name.lower()} (whose windows are not calendar periods)",
+            )
+        return dataclasses.replace(limit, timezone=zone)
 
     def limit_list(self, node: Node, name: str) -> tuple[RateLimit, ...]:
         if not isinstance(node, SequenceNode) or not node.value:
@@ -774,6 +820,11 @@ def rule_document(rule: Rule) -> dict[str, Any]:
             block.update(_limit_document(rule.limits[0]))
         else:
             block["limits"] = [_limit_document(limit) for limit in rule.limits]
+        zone = rule.limits[0].timezone if rule.limits else None
+        if zone is not None:  # a block's limits share it: it is written on the block
+            block["calendar"] = True
+            if zone != _DEFAULT_TIMEZONE:
+                block["timezone"] = zone
         doc["rate_limit"] = block
     for flag in (
         "shadow_mode",

@@ -344,6 +344,51 @@ def test_several_documents_and_empty_ones() -> None:
             ["t.yaml:6: 'algorithm' has no meaning when unlimited"],
             id="unlimited-with-algorithm",
         ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n"
+            "      requests_per_unit: 1\n      algorithm: gcra\n      calendar: true\n",
+            [
+                "t.yaml:8: 'calendar' needs an algorithm that counts in windows (fixed_window "
+                "or sliding_window_counter); gcra has no window to align to the calendar"
+            ],
+            id="calendar-gcra",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n"
+            "      requests_per_unit: 1\n      calendar: true\n",
+            [
+                "t.yaml:7: 'calendar' applies to day, week, month and year limits, not hour "
+                "(whose windows are not calendar periods)"
+            ],
+            id="calendar-hour",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n"
+            "      requests_per_unit: 1\n      timezone: Europe/Paris\n",
+            ["t.yaml:7: 'timezone' applies only with 'calendar: true'"],
+            id="timezone-without-calendar",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n"
+            "      requests_per_unit: 1\n      calendar: true\n      timezone: Europe/Pariss\n",
+            [
+                "t.yaml:8: unknown timezone 'Europe/Pariss' (an IANA time zone name such as "
+                "Europe/Paris)"
+            ],
+            id="timezone-unknown",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n"
+            "      requests_per_unit: 1\n      calendar: yes please\n",
+            ["t.yaml:7: 'calendar' must be true or false"],
+            id="calendar-not-a-boolean",
+        ),
+        pytest.param(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n"
+            "      calendar: true\n",
+            ["t.yaml:6: 'calendar' has no meaning when unlimited"],
+            id="unlimited-with-calendar",
+        ),
     ],
 )
 def test_refusals_name_the_line_and_the_reason(text: str, expected: list[str]) -> None:
@@ -408,6 +453,24 @@ def test_dump_then_load_gives_the_same_policies() -> None:
     text = Path(__file__).parents[3].joinpath("examples", "ratelimit.yaml").read_text()
     original = load_text(text, "example")
     assert load_text(dump_policies(original), "dump") == original
+
+
+def test_calendar_windows_apply_to_every_limit_of_the_block_and_dump_back() -> None:
+    text = (
+        "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit:\n      calendar: true\n"
+        "      timezone: America/New_York\n      limits:\n"
+        "        - {unit: month, requests_per_unit: 1000000}\n"
+        "        - {unit: day, requests_per_unit: 50000, algorithm: sliding_window_counter}\n"
+        "  - key: plan\n    rate_limit: {unit: year, requests_per_unit: 9, calendar: true}\n"
+    )
+    (policy,) = load_text(text, "t.yaml")
+    tenant, plan = policy.descriptors
+    assert [limit.timezone for limit in tenant.limits] == ["America/New_York"] * 2
+    assert plan.limits[0].timezone == "UTC"  # the default zone
+    dumped = dump_policy(policy)
+    assert "calendar: true\n    timezone: America/New_York" in dumped
+    assert "timezone: UTC" not in dumped
+    assert load_text(dumped, "dump") == [policy]
 
 
 def test_a_value_may_have_up_to_sixteen_wildcards() -> None:

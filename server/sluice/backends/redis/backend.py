@@ -246,13 +246,15 @@ class RedisBackend:
             self.fast_failures += len(batch)
             self._fail(batch, BackendUnavailableError(_CIRCUIT_OPEN))
             return
-        now = None if self._server_time else max(r.now for r in batch)
+        # Calendar windows are laid out from Sluice's clock even when Redis's decides.
+        at = max(r.now for r in batch)
+        now = None if self._server_time else at
         try:
             if self._cluster:
-                await self._send_cluster(batch, now)  # breakers per master, in there
+                await self._send_cluster(batch, now, at)  # breakers per master, in there
                 return
             self.round_trips += 1
-            ok = await self._send_one(batch, now)
+            ok = await self._send_one(batch, now, at)
         except Exception as exc:  # a bug, not an outage: every caller sees it, the log too
             log.exception("Redis backend: unexpected error")
             self._fail(batch, exc)
@@ -276,12 +278,12 @@ class RedisBackend:
                 breaker.cooldown_s,
             )
 
-    async def _send_one(self, batch: list[_Request], now: float | None) -> bool:
+    async def _send_one(self, batch: list[_Request], now: float | None, at: float) -> bool:
         hits = [hit for r in batch for hit in r.hits]
         keys = [key for r in batch for per_hit in r.keys for key in per_hit]
         self.script_calls += 1
         try:
-            outcomes = await self._script(keys, hits, now)
+            outcomes = await self._script(keys, hits, now, at=at)
         except _ERRORS as exc:
             self._fail(batch, _unavailable(exc))
             return False
@@ -293,7 +295,7 @@ class RedisBackend:
             start = end
         return True
 
-    async def _send_cluster(self, batch: list[_Request], now: float | None) -> None:
+    async def _send_cluster(self, batch: list[_Request], now: float | None, at: float) -> None:
         # redis-py's cluster client learns the topology lazily, and commands that start
         # together while it does (on first use, and after it dropped every connection, as it
         # does on CLUSTERDOWN) close connections under each other: ConnectionError, even
@@ -324,7 +326,7 @@ class RedisBackend:
             node, breaker = self._node_breaker(keys[0] if keys else None)
             # One probe per master when its cool-down is over; its other slots fail fast.
             if breaker.acquire():
-                calls.append(self._call(node, breaker, hits, keys, now))
+                calls.append(self._call(node, breaker, hits, keys, now, at))
                 sent += 1
             else:
                 calls.append(_circuit_open())
@@ -371,11 +373,12 @@ class RedisBackend:
         hits: list[Hit],
         keys: list[str],
         now: float | None,
+        at: float,
     ) -> _Outcomes | BaseException:
         self.script_calls += 1
         async with self._calls:
             try:
-                outcomes = await self._script(keys, hits, now)
+                outcomes = await self._script(keys, hits, now, at=at)
             except _ERRORS as exc:
                 self._settle(breaker, False, node)
                 return exc

@@ -14,6 +14,8 @@ Calling convention (one call = one atomic decision for a batch of hits):
   (``encode_args``); or, the compact form both callers send, ``"#", m``, the ``m`` distinct
   limits' four values, then per hit ``cost, k`` and ``k`` indexes into them
   (``encode_compact_args``, ``encode_command``).
+* A calendar limit's ``period_s`` is replaced by its calendar boundaries around ``at`` (the
+  caller's clock; ``now`` by default), comma-separated (``Calendar.argument``).
 * Reply: five values per limit, in KEYS order: allowed, remaining, reset_s, delay_s, fits.
 
 Two ways to call it: ``ApplyScript`` through redis-py (Cluster, and anything the lean path
@@ -58,8 +60,19 @@ def key_count(hits: Sequence[Hit]) -> int:
     return sum(len(hit.limits) for hit in hits)
 
 
-def encode_args(hits: Sequence[Hit], now: float | None) -> list[str]:
+def _period(limit: Limit, at: float | None) -> str:
+    """The limit's period argument: its period, or its calendar boundaries around ``at``."""
+    calendar = limit.calendar
+    if calendar is None:
+        return str(int(limit.period_s))
+    if at is None:
+        raise ValueError("a calendar limit needs the caller's time (at=) to lay out windows")
+    return calendar.argument(at)
+
+
+def encode_args(hits: Sequence[Hit], now: float | None, *, at: float | None = None) -> list[str]:
     """ARGV for ``hits``; ``now=None`` lets the script read Redis's clock."""
+    at = now if at is None else at
     # repr is the shortest string that parses back to the same double, in Lua too.
     args = ["" if now is None else repr(float(now))]
     for hit in hits:
@@ -68,7 +81,7 @@ def encode_args(hits: Sequence[Hit], now: float | None) -> list[str]:
             args += [
                 limit.algorithm.name,
                 str(int(limit.requests_per_unit)),
-                str(int(limit.period_s)),
+                _period(limit, at),
                 str(int(limit.burst)),
             ]
     return args
@@ -99,17 +112,17 @@ def decode_result(raw: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[Outcome
 
 
 @lru_cache(maxsize=4096)
-def _limit_chunk(algorithm: str, requests_per_unit: int, period_s: int, burst: int) -> bytes:
+def _limit_chunk(algorithm: str, requests_per_unit: int, period: str, burst: int) -> bytes:
     return b"".join(
-        bulk(part.encode())
-        for part in (algorithm, str(requests_per_unit), str(period_s), str(burst))
+        bulk(part.encode()) for part in (algorithm, str(requests_per_unit), period, str(burst))
     )
 
 
-def _limit_args(limit: Limit) -> bytes:
-    """A limit's four arguments in RESP (cached: limits come from a compiled snapshot)."""
+def _limit_args(limit: Limit, at: float | None) -> bytes:
+    """A limit's four arguments in RESP (cached: limits come from a compiled snapshot, and
+    calendar boundaries change once a window)."""
     return _limit_chunk(
-        limit.algorithm.name, int(limit.requests_per_unit), int(limit.period_s), int(limit.burst)
+        limit.algorithm.name, int(limit.requests_per_unit), _period(limit, at), int(limit.burst)
     )
 
 
@@ -124,18 +137,19 @@ def _index(n: int) -> bytes:
 
 
 def encode_command(
-    keys: Sequence[str], hits: Sequence[Hit], now: float | None
+    keys: Sequence[str], hits: Sequence[Hit], now: float | None, *, at: float | None = None
 ) -> tuple[bytes, int]:
     """numkeys, KEYS and ARGV (the compact form) of the call for ``hits`` as RESP bulk
     strings, and how many there are: what ``wire.ScriptConnection.call`` sends after
     ``EVALSHA sha``."""
+    at = now if at is None else at
     table: dict[bytes, bytes] = {}  # a limit's RESP arguments -> its index, in RESP
     hit_parts = []
     for hit in hits:
         limits = hit.limits
         hit_parts.append(_hit_header(int(hit.cost), len(limits)))
         for limit in limits:
-            chunk = _limit_args(limit)
+            chunk = _limit_args(limit, at)
             index = table.get(chunk)
             if index is None:
                 index = table[chunk] = _index(len(table) + 1)
@@ -149,9 +163,12 @@ def encode_command(
     return b"".join(parts), nargs
 
 
-def encode_compact_args(hits: Sequence[Hit], now: float | None) -> list[str]:
+def encode_compact_args(
+    hits: Sequence[Hit], now: float | None, *, at: float | None = None
+) -> list[str]:
     """ARGV for ``hits`` in the compact form (each distinct limit once): what
     ``encode_command`` sends, as strings for redis-py."""
+    at = now if at is None else at
     table: dict[tuple[str, str, str, str], int] = {}
     per_hit: list[str] = []
     for hit in hits:
@@ -160,7 +177,7 @@ def encode_compact_args(hits: Sequence[Hit], now: float | None) -> list[str]:
             spec = (
                 limit.algorithm.name,
                 str(int(limit.requests_per_unit)),
-                str(int(limit.period_s)),
+                _period(limit, at),
                 str(int(limit.burst)),
             )
             per_hit.append(str(table.setdefault(spec, len(table) + 1)))
@@ -178,12 +195,17 @@ class LeanApplyScript:
         self.connection = connection
 
     async def __call__(
-        self, keys: Sequence[str], hits: Sequence[Hit], now: float | None = None
+        self,
+        keys: Sequence[str],
+        hits: Sequence[Hit],
+        now: float | None = None,
+        *,
+        at: float | None = None,
     ) -> list[tuple[Outcome, ...]]:
-        """Apply ``hits`` atomically."""
+        """Apply ``hits`` atomically (``at``: the caller's time, for calendar windows)."""
         if len(keys) != key_count(hits):
             raise ValueError(f"{len(keys)} keys for {key_count(hits)} limits")
-        payload, nargs = encode_command(keys, hits, now)
+        payload, nargs = encode_command(keys, hits, now, at=at)
         raw = await self.connection.call(payload, nargs)
         return decode_result(raw, hits)
 
@@ -195,10 +217,15 @@ class ApplyScript:
         self._script = client.register_script(SCRIPT_SOURCE)
 
     async def __call__(
-        self, keys: Sequence[str], hits: Sequence[Hit], now: float | None = None
+        self,
+        keys: Sequence[str],
+        hits: Sequence[Hit],
+        now: float | None = None,
+        *,
+        at: float | None = None,
     ) -> list[tuple[Outcome, ...]]:
-        """Apply ``hits`` atomically."""
+        """Apply ``hits`` atomically (``at``: the caller's time, for calendar windows)."""
         if len(keys) != key_count(hits):
             raise ValueError(f"{len(keys)} keys for {key_count(hits)} limits")
-        raw = await self._script(keys=list(keys), args=encode_compact_args(hits, now))
+        raw = await self._script(keys=list(keys), args=encode_compact_args(hits, now, at=at))
         return decode_result(raw, hits)

@@ -19,6 +19,7 @@ local argc = #ARGV
 local hit_cost, hit_limits = {}, {} -- per hit
 local fns, Ls, Ps, bs, counted = {}, {}, {}, {}, {} -- per limit, in KEYS order
 local nhits, nlimits = 0, 0
+local calendars = {} -- the calendar boundaries of the limits that have them
 
 -- One limit's four arguments from ARGV[a], checked; nil and an error reply if bad.
 local function limit_at(a)
@@ -28,7 +29,11 @@ local function limit_at(a)
   if fn == nil then
     return nil, redis.error_reply('sluice: unknown algorithm ' .. tostring(name))
   end
-  if L == nil or P == nil or b == nil or L < 0 or P <= 0 or b < 0 then
+  if P == nil and CALENDAR[name] then
+    P = cal_parse(ARGV[a + 2]) -- calendar boundaries, checked against now once it is known
+    calendars[#calendars + 1] = P
+  end
+  if L == nil or P == nil or b == nil or L < 0 or (type(P) == 'number' and P <= 0) or b < 0 then
     return nil, redis.error_reply('sluice: bad limit at ARGV[' .. a .. ']')
   end
   return { fn, L, P, b, COUNTS_REFUSED[name] or false }
@@ -92,6 +97,14 @@ else
   now = tonumber(ARGV[1])
   if now == nil then
     return redis.error_reply('sluice: bad now ' .. tostring(ARGV[1]))
+  end
+end
+-- Calendar boundaries are computed from the caller's clock: its window and one on either
+-- side are all this clock may fall in (a skew of a whole window is a broken clock).
+for j = 1, #calendars do
+  local B = calendars[j]
+  if B ~= nil and (now < B[3] or now >= B[6]) then
+    return redis.error_reply('sluice: now ' .. fmt(now) .. ' is outside the calendar windows sent')
   end
 end
 

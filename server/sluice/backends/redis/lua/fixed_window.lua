@@ -6,11 +6,20 @@
 -- a window starts in it (the key was missing, or held an older window): later hits in the
 -- window would set the same expiry again (start + P on Redis's clock), so they write only c.
 -- The reset is exact (the limiter rounds it up to whole seconds on the wire, as
--- envoyproxy/ratelimit).
+-- envoyproxy/ratelimit). With calendar boundaries for P, the window is the calendar window
+-- holding now.
 COUNTS_REFUSED['fixed_window'] = true
+CALENDAR['fixed_window'] = true
 ALGORITHMS['fixed_window'] = function(key, now, L, P, b, cost)
-  local now_s = math.floor(now)
-  local start = now_s - now_s % P
+  local start, stop
+  if type(P) == 'table' then
+    local i = cal_index(P, now)
+    start, stop = P[i], P[i + 1]
+  else
+    local now_s = math.floor(now)
+    start = now_s - now_s % P
+    stop = start + P
+  end
   local stored = redis.call('HMGET', key, 'w', 'c')
   local count = 0
   local same = stored[1] and tonumber(stored[1]) == start
@@ -31,10 +40,10 @@ ALGORITHMS['fixed_window'] = function(key, now, L, P, b, cost)
   else
     commit = function()
       redis.call('HSET', key, 'w', int(start), 'c', int(count))
-      redis.call('PEXPIRE', key, ttl_ms(start + P, now))
+      redis.call('PEXPIRE', key, ttl_ms(stop, now))
     end
   end
-  return result(allowed, remaining, start + P - now, 0, cost <= L, commit)
+  return result(allowed, remaining, stop - now, 0, cost <= L, commit)
 end
 
 -- The same step and commit in one, for a hit whose only limit is a fixed window (the driver
@@ -42,8 +51,15 @@ end
 -- hit can share its key). No result table and no closure: it writes the reply's five values
 -- into out at n and returns the new n. Same formulas, same state, same reply.
 FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
-  local now_s = math.floor(now)
-  local start = now_s - now_s % P
+  local start, stop
+  if type(P) == 'table' then
+    local i = cal_index(P, now)
+    start, stop = P[i], P[i + 1]
+  else
+    local now_s = math.floor(now)
+    start = now_s - now_s % P
+    stop = start + P
+  end
   local stored = redis.call('HMGET', key, 'w', 'c')
   local count = cost
   if stored[1] and tonumber(stored[1]) == start then
@@ -51,7 +67,7 @@ FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
     redis.call('HSET', key, 'c', int(count))
   else
     redis.call('HSET', key, 'w', int(start), 'c', int(count))
-    redis.call('PEXPIRE', key, ttl_ms(start + P, now))
+    redis.call('PEXPIRE', key, ttl_ms(stop, now))
   end
   if count <= L then
     out[n + 1] = 1
@@ -60,7 +76,7 @@ FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
     out[n + 1] = 0
     out[n + 2] = 0
   end
-  local reset = start + P - now
+  local reset = stop - now
   out[n + 3] = reset == 0 and '0' or fmt(reset)
   out[n + 4] = '0'
   out[n + 5] = cost <= L and 1 or 0

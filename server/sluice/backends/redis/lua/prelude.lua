@@ -11,6 +11,9 @@ local ALGORITHMS = {}
 -- name -> true for the algorithms whose refused hits change state too (the Python trait
 -- Algorithm.counts_refused); each algorithm's own file says so.
 local COUNTS_REFUSED = {}
+-- name -> true for the algorithms whose windows can follow a calendar (the Python trait
+-- Algorithm.calendar_windows); for them P may be calendar boundaries (see cal_parse).
+local CALENDAR = {}
 -- fixed_window.lua's step-and-commit for a hit with that one limit (see there).
 local FIXED_WINDOW_ALONE
 
@@ -27,6 +30,38 @@ end
 
 local function int(x)
   return string.format('%d', x)
+end
+
+-- Calendar windows (sluice/algorithms/calendar.py): P is then the SPAN window boundaries
+-- around the caller's now, sent as 'b1,b2,...' in place of a period. nil if malformed.
+local CAL_SPAN = 8
+local function cal_parse(text)
+  if type(text) ~= 'string' then
+    return nil
+  end
+  local B = {}
+  for part in string.gmatch(text, '[^,]+') do
+    local b = tonumber(part)
+    if b == nil or (#B > 0 and b <= B[#B]) then
+      return nil
+    end
+    B[#B + 1] = b
+  end
+  if #B ~= CAL_SPAN then
+    return nil
+  end
+  return B
+end
+
+-- sluice.algorithms.calendar.window_index, 1-based: i with B[i] <= t < B[i + 1], from 2 to
+-- #B - 1 so the window before is known too.
+local function cal_index(B, t)
+  local i = 2
+  local last = #B - 1
+  while i < last and B[i + 1] <= t do
+    i = i + 1
+  end
+  return i
 end
 
 -- sluice.algorithms._exact.settle

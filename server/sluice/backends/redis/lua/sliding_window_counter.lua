@@ -1,31 +1,52 @@
 -- sliding_window_counter: sluice/algorithms/sliding_window_counter.py. State: a hash,
--- w = window start, c = its count, p = the count of the window before it.
+-- w = window start, c = its count, p = the count of the window before it. P is the period,
+-- or calendar boundaries (a table: see cal_parse), as Python's Spacing.
+CALENDAR['sliding_window_counter'] = true
 local function swc_window(t, P) -- exact, as in Python: see _window there
   return math.floor(t / P) * P
 end
 
+-- (start of the window before, start, length) of the window holding t
+local function swc_window_of(P, t)
+  if type(P) == 'table' then
+    local i = cal_index(P, t)
+    return P[i - 1], P[i], P[i + 1] - P[i]
+  end
+  local start = swc_window(t, P)
+  return start - P, start, P
+end
+
+-- the length of the window that begins at stop
+local function swc_next_length(P, stop)
+  if type(P) == 'table' then
+    local j = cal_index(P, stop)
+    return P[j + 1] - P[j]
+  end
+  return P
+end
+
 -- (current, previous) as seen from the window beginning at start
-local function swc_counts(w, c, p, start, P)
+local function swc_counts(w, c, p, start, before)
   if w == nil then
     return 0, 0
   end
   if w == start then
     return c, p
   end
-  if w == start - P then
+  if w == before then
     return 0, c
   end
   return 0, 0
 end
 
-local function swc_estimate(previous, current, e, P)
-  return previous * (P - e) / P + current
+local function swc_estimate(previous, current, e, length)
+  return previous * (length - e) / length + current
 end
 
 local function swc_estimate_at(w, c, p, P, x)
-  local start = swc_window(x, P)
-  local current, previous = swc_counts(w, c, p, start, P)
-  return swc_estimate(previous, current, x - start, P)
+  local before, start, length = swc_window_of(P, x)
+  local current, previous = swc_counts(w, c, p, start, before)
+  return swc_estimate(previous, current, x - start, length)
 end
 
 local function swc_remaining(est, L)
@@ -35,6 +56,19 @@ local function swc_remaining(est, L)
 end
 
 local function swc_expires_at(w, c, p, P)
+  if type(P) == 'table' then
+    local j = cal_index(P, w)
+    if P[j] ~= w then
+      return w
+    end
+    if c > 0 then
+      return P[j + 2]
+    end
+    if p > 0 then
+      return P[j + 1]
+    end
+    return w
+  end
   if c > 0 then
     return w + 2 * P
   end
@@ -44,19 +78,18 @@ local function swc_expires_at(w, c, p, P)
   return w
 end
 
-local function swc_earliest(previous, current, start, L, P, cost)
-  local room = L - cost - current
-  if room > 0 and previous > 0 then
-    return start + (P - room * P / previous)
+local function swc_earliest(previous, current, start, length, next_length, room)
+  local left = room - current
+  if left > 0 and previous > 0 then
+    return start + (length - left * length / previous)
   end
-  room = L - cost
   if current <= room then
-    return start + P
+    return start + length
   end
   if room > 0 then
-    return start + P + (P - room * P / current)
+    return start + length + (next_length - room * next_length / current)
   end
-  return start + 2 * P
+  return start + length + next_length
 end
 
 ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, cost)
@@ -69,10 +102,10 @@ ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, cost)
   if stored[1] then
     w, c, p = tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3])
   end
-  local start = swc_window(t, P)
+  local before, start, length = swc_window_of(P, t)
   local e = t - start
-  local current, previous = swc_counts(w, c, p, start, P)
-  local est = swc_estimate(previous, current, e, P)
+  local current, previous = swc_counts(w, c, p, start, before)
+  local est = swc_estimate(previous, current, e, length)
   if cost > L then
     return result(false, swc_remaining(est, L), 0, 0, false, nil)
   end
@@ -84,7 +117,7 @@ ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, cost)
     return result(true, swc_remaining(est, L), untl, 0, true, nil)
   end
   if est + cost <= L then
-    local after = swc_estimate(previous, current + cost, e, P)
+    local after = swc_estimate(previous, current + cost, e, length)
     local expires = swc_expires_at(start, current + cost, previous, P)
     local commit = function()
       redis.call('HSET', key, 'w', fmt(start), 'c', int(current + cost), 'p', int(previous))
@@ -92,7 +125,8 @@ ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, cost)
     end
     return result(true, swc_remaining(after, L), expires - t, 0, true, commit)
   end
-  local at = swc_earliest(previous, current, start, L, P, cost)
+  local next_length = swc_next_length(P, start + length)
+  local at = swc_earliest(previous, current, start, length, next_length, L - cost)
   local reset = settle(t, at - t, function(x)
     return swc_estimate_at(w, c, p, P, x) + cost <= L
   end)
