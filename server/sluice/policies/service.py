@@ -279,7 +279,11 @@ class PolicyService:
                 raise ConfigError([str(exc)]) from None
         document = {"domain": domain, kind: [item]}
         document["descriptors"] = [rule_document(r) for r in policy.descriptors]
-        [loaded] = self.validate([(kind[:-1], json.dumps(document))])
+        try:
+            [loaded] = self.validate([("rate_limit", json.dumps(document))])
+        except ConfigError as exc:
+            # The document is one line of JSON made here: only the field tells anything.
+            raise ConfigError([p.replace("rate_limit:1: ", "rate_limit: ") for p in exc.problems])
         kept = tuple(p for p in policy.pins if p.entries != entries and not _expired(p, now))
         updated = replace(policy, pins=(*kept, *loaded.pins))
         bases = {domain: base_version} if base_version is not None else None
