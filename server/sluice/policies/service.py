@@ -283,7 +283,8 @@ class PolicyService:
             [loaded] = self.validate([("rate_limit", json.dumps(document))])
         except ConfigError as exc:
             # The document is one line of JSON made here: only the field tells anything.
-            raise ConfigError([p.replace("rate_limit:1: ", "rate_limit: ") for p in exc.problems])
+            problems = [p.replace("rate_limit:1: ", "rate_limit: ") for p in exc.problems]
+            raise ConfigError(problems) from None
         kept = tuple(p for p in policy.pins if p.entries != entries and not _expired(p, now))
         updated = replace(policy, pins=(*kept, *loaded.pins))
         bases = {domain: base_version} if base_version is not None else None
