@@ -7,6 +7,8 @@ noise than a load test); ``bench/run.py`` remains the measure that counts.
 
     python bench/path_cost.py                    # 1 and 3 descriptors, 20,000 calls each
     python bench/path_cost.py --profile out.prof # cProfile of the Sluice path
+    python bench/path_cost.py --pins 10000       # also: the domain with 10,000 overrides
+                                                 # and 10,000 blocks, against none
 """
 
 from __future__ import annotations
@@ -61,8 +63,22 @@ def noop_app() -> GrpcApp:
     return app
 
 
-def sluice_app() -> GrpcApp:
-    snapshot = Snapshot(load_text(POLICY, "bench.yaml"))
+def pinned_policy(count: int) -> str:
+    """POLICY plus ``count`` overrides and ``count`` blocks, on values the workload never
+    sends (the common case: most callers are not pinned, and each lookup is a miss)."""
+    lines = [POLICY, "overrides:"]
+    lines += [
+        f"  - {{descriptor: user=override-{i}, rate_limit: {{unit: minute, "
+        f"requests_per_unit: {i + 1}}}, expires_at: '2099-01-01T00:00:00Z'}}"
+        for i in range(count)
+    ]
+    lines.append("blocks:")
+    lines += [f"  - {{descriptor: user=block-{i}}}" for i in range(count)]
+    return "\n".join(lines) + "\n"
+
+
+def sluice_app(policy: str = POLICY) -> GrpcApp:
+    snapshot = Snapshot(load_text(policy, "bench.yaml"))
     limiter = RateLimiter(
         lambda: snapshot, MemoryBackend(), SystemClock(), recorder=UsageRecorder()
     )
@@ -103,18 +119,33 @@ def framed(workload: Workload, count: int) -> list[bytes]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    print("| descriptors | no-op µs/call | Sluice µs/call | Sluice − no-op µs | × no-op |")
-    print("|---|---|---|---|---|")
+    pins = args.pins
+    head = "| descriptors | no-op µs/call | Sluice µs/call | Sluice − no-op µs | × no-op |"
+    rule = "|---|---|---|---|---|"
+    if pins:
+        head += f" Sluice, {pins:,} overrides + {pins:,} blocks µs/call | × Sluice |"
+        rule += "---|---|"
+    print(head)
+    print(rule)
     for descriptors in args.descriptors:
         bodies = framed(Workload(keyspace=args.keyspace, descriptors=descriptors), 1000)
         noop, sluice = noop_app(), sluice_app()
+        pinned = sluice_app(pinned_policy(pins)) if pins else None
         await drive(sluice, bodies, 2000)  # warm
-        noop_runs, sluice_runs = [], []
-        for _ in range(args.repeat):
+        if pinned is not None:
+            await drive(pinned, bodies, 2000)
+        noop_runs, sluice_runs, pinned_runs = [], [], []
+        for _ in range(args.repeat):  # interleaved: the machine's drift hits all alike
             noop_runs.append(await drive(noop, bodies, args.calls))
             sluice_runs.append(await drive(sluice, bodies, args.calls))
+            if pinned is not None:
+                pinned_runs.append(await drive(pinned, bodies, args.calls))
         a, b = min(noop_runs) * 1e6, min(sluice_runs) * 1e6
-        print(f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |")
+        row = f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |"
+        if pinned_runs:
+            c = min(pinned_runs) * 1e6
+            row += f" {c:.1f} | {c / b:.3f} |"
+        print(row)
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -130,6 +161,13 @@ def main() -> None:
     parser.add_argument("--keyspace", type=int, default=1000)
     parser.add_argument("--descriptors", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--profile", help="write a cProfile of the Sluice path here")
+    parser.add_argument(
+        "--pins",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure the domain with N overrides and N blocks (none are hit)",
+    )
     args = parser.parse_args()
     try:
         import uvloop

@@ -190,12 +190,12 @@ class Snapshot:
                 match = node.match
                 if match is None:
                     return None  # a node with neither limit nor matching depth whitelists
-                key = tuple(counter_key)
+                counter = tuple(counter_key)
                 if root.resets:
-                    suffix = root.resets.get(key)
+                    suffix = root.resets.get(counter)
                     if suffix is not None:
-                        key = (*key, suffix)
-                return _with_counter_key(match, key)
+                        counter = (*counter, suffix)
+                return _with_counter_key(match, counter)
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None
