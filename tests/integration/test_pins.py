@@ -5,6 +5,7 @@ and must reach the server within the reload budget, show in the history and roll
 from __future__ import annotations
 
 import time
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,11 @@ def decide(server: SluiceProcess, tenant: str) -> tuple[int, int | None, str]:
     reasons = response.dynamic_metadata.fields.get("sluice_reasons")
     reason = reasons.list_value.values[0].string_value if reasons is not None else ""
     return status.code, limit, reason
+
+
+def metrics(server: SluiceProcess) -> str:
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=5) as response:
+        return str(response.read().decode())
 
 
 def cli(database_url: str, *args: str) -> str:
@@ -115,6 +121,7 @@ def test_override_block_allow_reset_through_the_cli(
         # unblocked, the rule applies again. (Polls before a change is live are counted.)
         cli(db, "block", "--domain", "shop", "--descriptor", "tenant=evil")
         live_within(budget, "the block", lambda: decide(server, "evil") == (OVER, None, "blocked"))
+        wait_until(lambda: 'result="blocked"' in metrics(server), 10, "blocked hits in /metrics")
         cli(db, "unblock", "--domain", "shop", "--descriptor", "tenant=evil")
         live_within(budget, "the unblock", lambda: decide(server, "evil")[1:] == (2, ""))
 

@@ -154,16 +154,21 @@ def test_an_allow_is_never_limited_until_it_expires() -> None:
     assert recorder.drain()["d.tenant"].counts[OVER_LIMIT] == 1
 
 
+OVERRIDE = """
+overrides:
+  - descriptor: tenant=acme
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+RESETS = """
+resets:
+  - {descriptor: tenant=bob, generation: 1}
+  - {descriptor: tenant=acme, generation: 1}
+"""
+
+
 def test_a_reset_starts_the_counters_afresh() -> None:
-    [before] = load_text(
-        RULES
-        + "overrides: [{descriptor: tenant=acme, rate_limit: {unit: minute, requests_per_unit: 1}}]"
-    )
-    [after] = load_text(
-        RULES
-        + "overrides: [{descriptor: tenant=acme, rate_limit: {unit: minute, requests_per_unit: 1}}]\n"
-        + "resets: [{descriptor: tenant=bob, generation: 1}, {descriptor: tenant=acme, generation: 1}]"
-    )
+    [before] = load_text(RULES + OVERRIDE)
+    [after] = load_text(RULES + OVERRIDE + RESETS)
     current = [Snapshot([before])]
     rl = RateLimiter(lambda: current[0], MemoryBackend(), ManualClock(T0))
     assert codes(rl, "bob", 3)[-1] is Code.OVER_LIMIT

@@ -92,12 +92,14 @@ def test_pins_and_resets_load_and_dump_canonically() -> None:
             "p.yaml:8: overrides[0].rate_limit: missing (unit, requests_per_unit, …)",
         ),
         (
-            "overrides: [{descriptor: tenant=x, rate_limit: {unit: fortnight, requests_per_unit: 1}}]",
-            "p.yaml:8: invalid rate limit unit 'fortnight'",
+            "overrides: [{descriptor: tenant=x,\n"
+            "  rate_limit: {unit: fortnight, requests_per_unit: 1}}]",
+            "p.yaml:9: invalid rate limit unit 'fortnight'",
         ),
         (
-            "overrides: [{descriptor: tenant=x, rate_limit: {unit: hour, requests_per_unit: 1, name: n}}]",
-            "p.yaml:8: unknown key 'name' in overrides[0].rate_limit",
+            "overrides: [{descriptor: tenant=x,\n"
+            "  rate_limit: {unit: hour, requests_per_unit: 1, name: n}}]",
+            "p.yaml:9: unknown key 'name' in overrides[0].rate_limit",
         ),
         (
             "blocks: [{descriptor: tenant=x}]\nallows: [{descriptor: tenant=x}]",
@@ -112,8 +114,9 @@ def test_pins_and_resets_load_and_dump_canonically() -> None:
             "p.yaml:8: resets[0].generation: must be a whole number from 1",
         ),
         (
-            "resets: [{descriptor: tenant=x, generation: 1}, {descriptor: tenant=x, generation: 2}]",
-            "p.yaml:8: resets[1].descriptor: tenant=x is reset twice",
+            "resets: [{descriptor: tenant=x, generation: 1},\n"
+            "  {descriptor: tenant=x, generation: 2}]",
+            "p.yaml:9: resets[1].descriptor: tenant=x is reset twice",
         ),
     ],
 )
