@@ -124,7 +124,11 @@ class Snapshot:
         self._pins: dict[str, dict[tuple[tuple[str, str], ...], PinMatch]] = {}
         for policy in self.policies:
             self._compile_resets(policy)
-            pins = {pin.entries: self._compile_pin(policy, pin) for pin in policy.pins}
+            generations = {reset.entries: reset.generation for reset in policy.resets}
+            pins = {
+                pin.entries: self._compile_pin(policy.domain, pin, generations)
+                for pin in policy.pins
+            }
             if pins:
                 self._pins[policy.domain] = pins
 
@@ -140,8 +144,9 @@ class Snapshot:
                 generations[key] = generations.get(key, 0) + reset.generation
         self._domains[policy.domain].resets = {key: f"#reset:{n}" for key, n in generations.items()}
 
-    def _compile_pin(self, policy: DomainPolicy, pin: Pin) -> PinMatch:
-        domain = policy.domain
+    def _compile_pin(
+        self, domain: str, pin: Pin, generations: dict[tuple[tuple[str, str], ...], int]
+    ) -> PinMatch:
         rule = self.lookup(domain, pin.entries) or Match(f"{domain}.(pin)", (), ())
         expires = pin.expires_at_s if pin.expires_at_s is not None else math.inf
         kind = _PIN_KIND[pin.kind]
@@ -150,7 +155,7 @@ class Snapshot:
         # One extra part makes the key's length even, which a rule's never is (the domain,
         # then key/value pairs): an override can never share a counter with a descriptor.
         suffix = "#override"
-        generation = sum(r.generation for r in policy.resets if r.entries == pin.entries)
+        generation = generations.get(pin.entries, 0)
         if generation:
             suffix += f"#reset:{generation}"
         counter_key = (domain, *(part for entry in pin.entries for part in entry), suffix)
