@@ -169,6 +169,10 @@ class DomainPolicy:
     limit_overrides: str | None = None
     pins: tuple[Pin, ...] = ()
     resets: tuple[Reset, ...] = ()
+    # False: read from a document that names none of overrides, blocks, allows and resets,
+    # which then keeps the live ones when published (rules kept as code, imported by CI,
+    # must not wipe what operators pinned meanwhile). Not part of the policy's identity.
+    pins_given: bool = field(default=True, compare=False)
 
 
 @record

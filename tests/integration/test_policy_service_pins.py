@@ -104,3 +104,30 @@ def test_editing_rules_keeps_the_pins(service: PolicyService) -> None:
     )
     service.put_rule("shop", (("plan", None),), rule, author="o", comment="")
     assert [p.entries for p in service.pins("shop", "blocks")] == [(("tenant", "a"),)]
+
+
+def test_a_document_without_pins_keeps_the_live_ones_and_one_with_them_replaces_them(
+    service: PolicyService,
+) -> None:
+    service.put_pin("shop", "blocks", "tenant=a", author="o", comment="")
+    service.reset("shop", "tenant=b", author="o", comment="")
+    # Rules kept as code, imported again by CI: the operator's block and reset stay.
+    raised = RULES.replace("requests_per_unit: 2", "requests_per_unit: 3")
+    assert service.publish_document(raised, author="ci", comment="") == {"shop": 4}
+    live = service.get("shop").policy
+    assert [p.entries for p in live.pins] == [(("tenant", "a"),)]
+    assert live.resets == (Reset((("tenant", "b"),), 1),)
+    # A document that names any of the lists is the whole truth: `blocks: []` clears.
+    service.publish_document(raised + "blocks: []\n", author="ci", comment="")
+    live = service.get("shop").policy
+    assert (live.pins, live.resets) == ((), ())
+
+
+def test_a_rule_a_live_pin_needs_cannot_go_without_the_pin(service: PolicyService) -> None:
+    service.put_pin("shop", "blocks", "tenant=a", author="o", comment="")
+    with pytest.raises(ConfigError) as raised:
+        service.publish_document(RULES.replace("key: tenant", "key: user"), author="ci", comment="")
+    assert raised.value.problems == [
+        "shop:8: blocks[0].descriptor: no rule of domain 'shop' limits tenant=a"
+    ]
+    assert len(service.history("shop")) == 2

@@ -140,12 +140,35 @@ class PolicyService:
         With ``base_versions`` (0 = "must not exist yet") the publish is refused with
         StaleVersionError when any of those domains has moved on since.
         """
+        policies, bases = self._keep_live_pins(list(policies), base_versions)
         documents = {p.domain: dump_policy(p) for p in policies}
         # Round-trip through the loader: what is stored must load back, every time.
         self.validate(documents.items())
         return self.store.publish(
-            documents, author=author, comment=comment, expected_versions=base_versions
+            documents, author=author, comment=comment, expected_versions=bases
         )
+
+    def _keep_live_pins(
+        self, policies: list[DomainPolicy], base_versions: Mapping[str, int] | None
+    ) -> tuple[list[DomainPolicy], Mapping[str, int] | None]:
+        """Policies whose document named no pins take the live ones. Those domains' versions
+        as read become conditions of the publish (unless the caller gave its own), so a pin
+        written in between is never silently lost: the publish fails as stale instead."""
+        keeping = [p for p in policies if not p.pins_given]
+        if not keeping:
+            return policies, base_versions
+        live = self.store.current()
+        bases = dict(base_versions or {})
+        kept = []
+        for policy in policies:
+            stored = live.get(policy.domain)
+            if policy.pins_given or stored is None:
+                kept.append(policy)
+                continue
+            current = self._view(stored).policy
+            kept.append(replace(policy, pins=current.pins, resets=current.resets))
+            bases.setdefault(policy.domain, stored.version)
+        return kept, bases
 
     def publish_document(
         self,
@@ -286,7 +309,7 @@ class PolicyService:
             problems = [p.replace("rate_limit:1: ", "rate_limit: ") for p in exc.problems]
             raise ConfigError(problems) from None
         kept = tuple(p for p in policy.pins if p.entries != entries and not _expired(p, now))
-        updated = replace(policy, pins=(*kept, *loaded.pins))
+        updated = replace(policy, pins=(*kept, *loaded.pins), pins_given=True)
         bases = {domain: base_version} if base_version is not None else None
         return self.publish([updated], author=author, comment=comment, base_versions=bases)
 
@@ -305,7 +328,8 @@ class PolicyService:
         entries = _entries(descriptor)
         if not any(p.kind == kind and p.entries == entries for p in policy.pins):
             raise ConfigError([f"descriptor: {format_entries(entries)} is not in {kind}"])
-        updated = replace(policy, pins=tuple(p for p in policy.pins if p.entries != entries))
+        pins = tuple(p for p in policy.pins if p.entries != entries)
+        updated = replace(policy, pins=pins, pins_given=True)
         bases = {domain: base_version} if base_version is not None else None
         return self.publish([updated], author=author, comment=comment, base_versions=bases)
 
@@ -324,7 +348,7 @@ class PolicyService:
         entries = _matched_entries(policy, descriptor)
         before = next((r.generation for r in policy.resets if r.entries == entries), 0)
         resets = tuple(r for r in policy.resets if r.entries != entries)
-        updated = replace(policy, resets=(*resets, Reset(entries, before + 1)))
+        updated = replace(policy, resets=(*resets, Reset(entries, before + 1)), pins_given=True)
         bases = {domain: base_version} if base_version is not None else None
         return self.publish([updated], author=author, comment=comment, base_versions=bases)
 

@@ -259,7 +259,8 @@ class _Loader:
                     )
         overrides = self.limit_overrides(fields.get("limit_overrides"))
         pins, resets = self.per_descriptor(fields, DomainPolicy(domain, rules))
-        return DomainPolicy(domain, rules, overrides, pins, resets)
+        given = any(key in fields for key in (*PIN_KINDS, "resets"))
+        return DomainPolicy(domain, rules, overrides, pins, resets, given)
 
     def per_descriptor(
         self, fields: dict[str, Node], rules: DomainPolicy
