@@ -8,6 +8,8 @@ noise than a load test); ``bench/run.py`` remains the measure that counts.
     python bench/path_cost.py                    # 1 and 3 descriptors, 20,000 calls each
     python bench/path_cost.py --profile out.prof # cProfile of the Sluice path
     python bench/path_cost.py --statsd           # also with upstream's statsd metrics on
+    python bench/path_cost.py --pins 10000       # also: the domain with 10,000 overrides
+                                                 # and 10,000 blocks, against none
 
 With ``--statsd``, two more columns: the Sluice path with a statsd sink (the request path's
 hook only), and the same with the sink's work off the request path charged to the calls too
@@ -70,8 +72,26 @@ def noop_app() -> GrpcApp:
     return app
 
 
-def sluice_app(statsd: StatsdSink | None = None, recorder: UsageRecorder | None = None) -> GrpcApp:
-    snapshot = Snapshot(load_text(POLICY, "bench.yaml"))
+def pinned_policy(count: int) -> str:
+    """POLICY plus ``count`` overrides and ``count`` blocks, on values the workload never
+    sends (the common case: most callers are not pinned, and each lookup is a miss)."""
+    lines = [POLICY, "overrides:"]
+    lines += [
+        f"  - {{descriptor: user=override-{i}, rate_limit: {{unit: minute, "
+        f"requests_per_unit: {i + 1}}}, expires_at: '2099-01-01T00:00:00Z'}}"
+        for i in range(count)
+    ]
+    lines.append("blocks:")
+    lines += [f"  - {{descriptor: user=block-{i}}}" for i in range(count)]
+    return "\n".join(lines) + "\n"
+
+
+def sluice_app(
+    policy: str = POLICY,
+    statsd: StatsdSink | None = None,
+    recorder: UsageRecorder | None = None,
+) -> GrpcApp:
+    snapshot = Snapshot(load_text(policy, "bench.yaml"))
     recorder = recorder or UsageRecorder()
     limiter = RateLimiter(lambda: snapshot, MemoryBackend(), SystemClock(), recorder=recorder)
     app = GrpcApp()
@@ -126,40 +146,52 @@ def framed(workload: Workload, count: int) -> list[bytes]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    pins = args.pins
     header = "| descriptors | no-op µs/call | Sluice µs/call | Sluice − no-op µs | × no-op |"
     rule = "|---|---|---|---|---|"
     if args.statsd:
         header += " Sluice + statsd hook µs/call | + statsd flush µs/call |"
+        rule += "---|---|"
+    if pins:
+        header += f" Sluice, {pins:,} overrides + {pins:,} blocks µs/call | × Sluice |"
         rule += "---|---|"
     print(header)
     print(rule)
     for descriptors in args.descriptors:
         bodies = framed(Workload(keyspace=args.keyspace, descriptors=descriptors), 1000)
         noop, sluice = noop_app(), sluice_app()
+        pinned = sluice_app(pinned_policy(pins)) if pins else None
         await drive(sluice, bodies, 2000)  # warm
-        noop_runs, sluice_runs, hook_runs, flush_runs = [], [], [], []
+        if pinned is not None:
+            await drive(pinned, bodies, 2000)
+        noop_runs, sluice_runs, hook_runs, flush_runs, pinned_runs = [], [], [], [], []
         if args.statsd:
             sink, listener = statsd_sink()
             recorder = UsageRecorder()
-            with_statsd = sluice_app(sink, recorder)
+            with_statsd = sluice_app(statsd=sink, recorder=recorder)
 
             def flush(sink: StatsdSink = sink, recorder: UsageRecorder = recorder) -> None:
                 sink.add_usage(recorder.drain())
                 sink.flush()
 
             await drive(with_statsd, bodies, 2000, flush)  # warm
-        for _ in range(args.repeat):
+        for _ in range(args.repeat):  # interleaved: the machine's drift hits all alike
             noop_runs.append(await drive(noop, bodies, args.calls))
             sluice_runs.append(await drive(sluice, bodies, args.calls))
             if args.statsd:
                 hook_runs.append(await drive(with_statsd, bodies, args.calls))
                 sink.lines()  # what the hook gathered, dropped untimed
                 flush_runs.append(await drive(with_statsd, bodies, args.calls, flush))
+            if pinned is not None:
+                pinned_runs.append(await drive(pinned, bodies, args.calls))
         a, b = min(noop_runs) * 1e6, min(sluice_runs) * 1e6
         row = f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |"
         if args.statsd:
             listener.close()
             row += f" {min(hook_runs) * 1e6:.1f} | {min(flush_runs) * 1e6:.1f} |"
+        if pinned_runs:
+            c = min(pinned_runs) * 1e6
+            row += f" {c:.1f} | {c / b:.3f} |"
         print(row)
         if args.profile:
             profiler = cProfile.Profile()
@@ -177,6 +209,13 @@ def main() -> None:
     parser.add_argument("--descriptors", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--profile", help="write a cProfile of the Sluice path here")
     parser.add_argument("--statsd", action="store_true", help="also measure with statsd on")
+    parser.add_argument(
+        "--pins",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure the domain with N overrides and N blocks (none are hit)",
+    )
     args = parser.parse_args()
     try:
         import uvloop

@@ -1,7 +1,8 @@
-"""The ``sluice`` command: serve, check, import, export, history, diff, rollback,
-migrate-counters, settings,
-and the commands installed packages add through the ``sluice.commands`` entry point group
-(the admin app's ``admin`` and ``admin-user``, see sluice_admin/cli.py).
+"""The ``sluice`` command: serve, check, import, export, history, diff, rollback, the
+per-descriptor commands (override, block/unblock/blocks, allow/unallow/allows, reset: see
+sluice/pin_cli.py), migrate-counters, settings, and the commands installed packages add
+through the ``sluice.commands`` entry point group (the admin app's ``admin`` and
+``admin-user``, see sluice_admin/cli.py).
 
 Exit codes: 0 success, 1 invalid input (a policy or a setting), 2 usage, 3 config database.
 """
@@ -24,6 +25,7 @@ from sluice.errors import ConfigDatabaseError
 from sluice.exit_codes import run_reporting_errors
 from sluice.logs import configure as configure_logging
 from sluice.model import DomainPolicy
+from sluice.pin_cli import add_pin_commands
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.watcher import ConfigWatcher
@@ -111,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--comment", default="", help="recorded with the change")
     add_arguments(rollback, only=("database_url", "log_level"))
     rollback.set_defaults(handler=_rollback)
+
+    add_pin_commands(sub, _policy_service, _author)
 
     migrate = sub.add_parser(
         "migrate-counters",

@@ -1,6 +1,9 @@
 """The decision: ShouldRateLimit as plain domain code, with envoyproxy/ratelimit's semantics.
 
-One request becomes at most one backend call. Per descriptor: a client ``limit`` override
+One request becomes at most one backend call. Per descriptor: an operator's pin on that exact
+descriptor while it lasts (a block: OVER_LIMIT at once, reason ``blocked``, nothing counted;
+an allow: OK, nothing counted; an override: its own limit on its own counter), else a client
+``limit`` override
 (for known domains, unless the domain or ``--limit-overrides`` says to ignore or deny them) or
 the matching rule; ``unlimited`` rules answer OK without counting;
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
@@ -33,16 +36,31 @@ from sluice.model import (
     Header,
     RateLimitRequest,
 )
-from sluice.policies.snapshot import Match, Snapshot
-from sluice.usage.recorder import ALLOWED, BACKEND_ERROR, OVER_LIMIT, SHADOW_OVER, UsageRecorder
+from sluice.policies.snapshot import ALLOW, BLOCK, Match, PinMatch, Snapshot
+from sluice.usage.recorder import (
+    ALLOWED,
+    BACKEND_ERROR,
+    BLOCKED,
+    OVER_LIMIT,
+    SHADOW_OVER,
+    UsageRecorder,
+)
 
-__all__ = ["FAILURE_MODES", "LimiterSettings", "RateLimiter", "UNLIMITED_REMAINING"]
+__all__ = [
+    "BLOCKED_REASON",
+    "FAILURE_MODES",
+    "LimiterSettings",
+    "RateLimiter",
+    "UNLIMITED_REMAINING",
+]
 
 # What envoyproxy/ratelimit reports as limit_remaining for an unlimited rule (MaxUint32).
 UNLIMITED_REMAINING = 2**32 - 1
 # What to answer when the backend cannot: admit, refuse, or raise (gRPC UNAVAILABLE, so that
 # Envoy's own failure_mode_deny decides).
 FAILURE_MODES = ("allow", "deny", "error")
+# The reason a blocked descriptor's status carries (the response's sluice_reasons metadata).
+BLOCKED_REASON = "blocked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +115,32 @@ class RateLimiter:
         if overrides == "deny":
             _refuse_overrides(request)
         honour_overrides = overrides == "allow"
+        pins = snapshot.pins(domain)
+        now = -1.0  # read from the clock only when a pin is found: most requests have none
+        over = False
 
         for i, descriptor in enumerate(request.descriptors):
             cost = default_cost if descriptor.hits_addend is None else descriptor.hits_addend
-            if descriptor.limit is not None and honour_overrides:
+            pin: PinMatch | None = pins.get(descriptor.entries) if pins else None
+            if pin is not None:
+                if now < 0:
+                    now = self._clock.now()
+                if now >= pin.expires_at_s:
+                    pin = None  # expired: the rule applies again, nothing to clean up
+            if pin is not None:
+                if pin.kind == BLOCK:
+                    statuses[i] = _blocked(pin, now)
+                    over = True
+                    if recorder is not None:
+                        recorder.record(pin.match.rule_id, BLOCKED, cost=cost)
+                    continue
+                if pin.kind == ALLOW:
+                    statuses[i] = _UNLIMITED
+                    if recorder is not None:
+                        recorder.record(pin.match.rule_id, ALLOWED, cost=cost)
+                    continue
+                match: Match | None = pin.match
+            elif descriptor.limit is not None and honour_overrides:
                 match = snapshot.override(domain, descriptor.entries, descriptor.limit)
             else:
                 match = snapshot.lookup(domain, descriptor.entries)
@@ -121,7 +161,6 @@ class RateLimiter:
         if replaced:
             applicable = [a for a in applicable if a.match.name not in replaced]
 
-        over = False
         quota_over: list[int] = []
         if applicable:
             hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
@@ -214,6 +253,12 @@ def _within_quota(status: DescriptorStatus) -> DescriptorStatus:
         status.delay_s,
         status.reason,
     )
+
+
+def _blocked(pin: PinMatch, now: float) -> DescriptorStatus:
+    # Until the block expires, if it does: Retry-After then says when to come back.
+    until = pin.expires_at_s - now if pin.expires_at_s != float("inf") else 0.0
+    return DescriptorStatus(Code.OVER_LIMIT, None, 0, until, reason=BLOCKED_REASON)
 
 
 def _refuse_overrides(request: RateLimitRequest) -> None:

@@ -35,6 +35,7 @@ from sluice.periodic import Periodic
 from sluice.usage.recorder import (
     ALLOWED,
     BACKEND_ERROR,
+    BLOCKED,
     NEAR_LIMIT,
     OVER_LIMIT,
     SHADOW_OVER,
@@ -54,6 +55,7 @@ _RESULTS = (
     (OVER_LIMIT, "over_limit"),
     (SHADOW_OVER, "shadow_over_limit"),
     (BACKEND_ERROR, "backend_error"),
+    (BLOCKED, "blocked"),
 )
 
 # Totals kept elsewhere (reloader, backend, flusher). Across workers: summed, dead workers'

@@ -21,8 +21,11 @@ __all__ = [
     "DomainPolicy",
     "Header",
     "LimitOverride",
+    "PIN_KINDS",
+    "Pin",
     "RateLimit",
     "RateLimitRequest",
+    "Reset",
     "Rule",
     "Unit",
 ]
@@ -148,15 +151,52 @@ class Rule:
         return self.value is not None and "*" in self.value
 
 
+# What an operator can pin on one exact descriptor, named as the YAML lists them: its own
+# limit (and counter), refused at once, or never limited.
+PIN_KINDS = ("overrides", "blocks", "allows")
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """An operator's setting for one exact descriptor: an override (``rate_limit``), a block
+    or an allow (``kind`` is one of PIN_KINDS), in force until ``expires_at_s`` (Unix
+    seconds; None: until removed)."""
+
+    kind: str
+    entries: tuple[tuple[str, str], ...]
+    rate_limit: RateLimit | None = None
+    expires_at_s: float | None = None
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """A reset of one descriptor's counters: each new ``generation`` starts them afresh."""
+
+    entries: tuple[tuple[str, str], ...]
+    generation: int
+    line: int = field(default=0, compare=False)
+
+
 @dataclass(frozen=True, slots=True)
 class DomainPolicy:
-    """All rules of one domain: the unit the config database stores and versions."""
+    """All rules of one domain: the unit the config database stores and versions.
+
+    ``pins`` and ``resets`` are the operator's per-descriptor settings; they live in the same
+    versioned document as the rules, so they share its history, diff, rollback and reload.
+    """
 
     domain: str
     descriptors: tuple[Rule, ...] = ()
     # What to do with a descriptor's own ``limit`` (allow, ignore, deny); None: the server's
     # --limit-overrides.
     limit_overrides: str | None = None
+    pins: tuple[Pin, ...] = ()
+    resets: tuple[Reset, ...] = ()
+    # False: read from a document that names none of overrides, blocks, allows and resets,
+    # which then keeps the live ones when published (rules kept as code, imported by CI,
+    # must not wipe what operators pinned meanwhile). Not part of the policy's identity.
+    pins_given: bool = field(default=True, compare=False)
 
 
 @record

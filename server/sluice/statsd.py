@@ -34,6 +34,7 @@ from sluice.periodic import Periodic
 from sluice.usage.recorder import (
     ALLOWED,
     BACKEND_ERROR,
+    BLOCKED,
     NEAR_LIMIT,
     OVER_LIMIT,
     SHADOW_OVER,
@@ -173,7 +174,8 @@ class StatsdSink:
             if name is None:
                 name = self._names[rule_id] = _RATE_LIMIT + sanitize(rule_id)
             c = usage.counts
-            allowed, over, shadow = c[ALLOWED], c[OVER_LIMIT], c[SHADOW_OVER]
+            # An operator's block (Sluice only) is a refusal: over_limit to upstream's names.
+            allowed, over, shadow = c[ALLOWED], c[OVER_LIMIT] + c[BLOCKED], c[SHADOW_OVER]
             # Upstream counts a hit in total_hits before asking Redis, so a failed one too;
             # a shadow rule's refusal is over_limit as well as shadow_mode.
             for suffix, value in (

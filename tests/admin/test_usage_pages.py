@@ -19,8 +19,8 @@ def seed(store: PolicyStore, *, ago_s: int = 3) -> None:
     ago must still be within the Overview's 10 s window when the page reads the clock."""
     second = int(time.time()) - ago_s
     UsageStore(store.database).add(
-        # allowed, over_limit, shadow_over_limit, near_limit, backend_errors
-        {("shop.user", second): [30, 10, 0, 4, 2]},
+        # allowed, over_limit, shadow_over_limit, near_limit, backend_errors, blocked
+        {("shop.user", second): [30, 10, 0, 4, 2, 0]},
         {("shop.user", second - second % 60): {"user,mallory": 9, "user,eve": 1}},
     )
 

@@ -88,7 +88,7 @@ def test_the_page_replays_the_recorded_hour_with_the_servers_algorithms(
     # 10 requests a second for 20 s on shop.user (5 per minute live).
     start = now - 100
     counts = {
-        ("shop.user", start + i): [5 if i == 0 else 0, 5 if i == 0 else 10, 0, 0, 0]
+        ("shop.user", start + i): [5 if i == 0 else 0, 5 if i == 0 else 10, 0, 0, 0, 0]
         for i in range(20)
     }
     UsageStore(store.database).add(counts, {})

@@ -20,7 +20,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.clock import ManualClock
 from sluice.policies.store import PolicyStore
 from sluice.usage.flusher import UsageFlusher
-from sluice.usage.recorder import ALLOWED, OVER_LIMIT, UsageRecorder
+from sluice.usage.recorder import ALLOWED, BLOCKED, OVER_LIMIT, UsageRecorder
 from sluice.usage.store import MINUTE, UsageStore
 from tests.support.processes import SluiceProcess, run_sluice, sluice_serve, wait_until
 from tests.support.tcp_proxy import TcpProxy
@@ -68,6 +68,22 @@ def test_flushes_add_up_and_the_series_reads_them_back(database_url: str) -> Non
         usage.expire(1_000_021 + 3601)  # the per-second rows age out first
         assert usage.series("shop.", since_s=0) == {}
         assert usage.series("shop.", since_s=0, resolution_s=MINUTE) != {}
+
+
+def test_blocked_hits_are_a_column_of_their_own_also_after_an_upgrade(
+    database_url: str,
+) -> None:
+    with PolicyStore(database_url) as store:
+        store.upgrade("0004")  # a database from before blocks, then upgraded
+        store.upgrade()
+        usage = UsageStore(store.database)
+        recorder = UsageRecorder()
+        flusher = UsageFlusher(recorder, usage, ManualClock(1_000_020.0))
+        recorder.record("shop.user", BLOCKED, cost=3)
+        recorder.record("shop.user", ALLOWED)
+        assert asyncio.run(flusher.flush_once())
+        [point] = usage.series("shop.", since_s=0)["shop.user"]
+        assert (point.allowed, point.over_limit, point.blocked) == (1, 0, 3)
 
 
 def test_a_store_outage_loses_nothing(postgres_url: str) -> None:

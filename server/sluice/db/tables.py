@@ -107,6 +107,7 @@ usage_counts = Table(
     Column("shadow_over_limit", BigInteger, nullable=False, default=0),
     Column("near_limit", BigInteger, nullable=False, default=0),
     Column("backend_errors", BigInteger, nullable=False, default=0),
+    Column("blocked", BigInteger, nullable=False, default=0, server_default="0"),
 )
 
 # The heaviest over-limit keys of each rule, per minute.

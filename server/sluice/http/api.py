@@ -17,11 +17,14 @@ from aiohttp import web
 
 from sluice.errors import ConfigError, SluiceError, status_of
 from sluice.policies.service import DomainView, PolicyService, Version
-from sluice.policies.yaml_format import rule_document
+from sluice.policies.yaml_format import pin_document, rule_document
 
 __all__ = ["add_api_routes"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# A domain's overrides, blocks and allows: one route each, the same handlers.
+_PINS = "/api/v1/domains/{domain}/{kind:overrides|blocks|allows}"
 
 
 def add_api_routes(app: web.Application, service: PolicyService, token: str) -> None:
@@ -37,6 +40,10 @@ def add_api_routes(app: web.Application, service: PolicyService, token: str) -> 
         ("POST", "/api/v1/domains/{domain}/rollback", api.rollback),
         ("PUT", "/api/v1/domains/{domain}/rules", api.put_rule),
         ("DELETE", "/api/v1/domains/{domain}/rules", api.delete_rule),
+        ("GET", _PINS, api.list_pins),
+        ("PUT", _PINS, api.put_pin),
+        ("DELETE", _PINS, api.delete_pin),
+        ("POST", "/api/v1/domains/{domain}/reset", api.reset),
         ("POST", "/api/v1/validate", api.validate),
     ]
     for method, path, handler in routes:
@@ -181,6 +188,57 @@ class _Api:
         )
         return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
+    async def list_pins(self, request: web.Request) -> web.Response:
+        kind = request.match_info["kind"]
+        pins = await self._call(self.service.pins, request.match_info["domain"], kind)
+        return _json({kind: [pin_document(p) for p in pins]})
+
+    async def put_pin(self, request: web.Request) -> web.Response:
+        domain, kind = request.match_info["domain"], request.match_info["kind"]
+        body = await _body(request)
+        expires_in = body.get("expires_in")
+        if expires_in is not None and not isinstance(expires_in, str):
+            raise ConfigError(["expires_in: must be a duration (30s, 10m, 7d) or an ISO 8601 time"])
+        changed = await self._call(
+            self.service.put_pin,
+            domain,
+            kind,
+            _descriptor(body),
+            rate_limit=body.get("rate_limit"),
+            expires_in=expires_in,
+            author=_author(request, body),
+            comment=str(body.get("comment", "")),
+            base_version=_base_version(body),
+        )
+        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
+
+    async def delete_pin(self, request: web.Request) -> web.Response:
+        domain, kind = request.match_info["domain"], request.match_info["kind"]
+        body = await _body(request)
+        changed = await self._call(
+            self.service.delete_pin,
+            domain,
+            kind,
+            _descriptor(body),
+            author=_author(request, body),
+            comment=str(body.get("comment", "")),
+            base_version=_base_version(body),
+        )
+        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
+
+    async def reset(self, request: web.Request) -> web.Response:
+        domain = request.match_info["domain"]
+        body = await _body(request)
+        changed = await self._call(
+            self.service.reset,
+            domain,
+            _descriptor(body),
+            author=_author(request, body),
+            comment=str(body.get("comment", "")),
+            base_version=_base_version(body),
+        )
+        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
+
     async def validate(self, request: web.Request) -> web.Response:
         body = await _body(request)
         document = body.get("document")
@@ -215,6 +273,13 @@ def _base_version(body: dict[str, Any]) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(["base_version: must be a version number (0: the domain is new)"])
     return value
+
+
+def _descriptor(body: dict[str, Any]) -> str:
+    descriptor = body.get("descriptor")
+    if not isinstance(descriptor, str):
+        raise ConfigError(["descriptor: must be a string KEY=VALUE[,KEY=VALUE…]"])
+    return descriptor
 
 
 def _path(body: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:

@@ -13,8 +13,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from sluice.clock import Clock, SystemClock
 from sluice.errors import ConfigError, DomainNotFoundError, VersionNotFoundError
-from sluice.model import DomainPolicy, Rule
+from sluice.model import PIN_KINDS, DomainPolicy, Pin, Reset, Rule
+from sluice.policies.descriptor_text import (
+    format_entries,
+    format_time,
+    parse_entries,
+    parse_expiry,
+)
+from sluice.policies.snapshot import Snapshot
 from sluice.policies.store import PolicyStore, StoredPolicy
 from sluice.policies.yaml_format import (
     DEFAULT_MAX_LOG_LIMIT,
@@ -54,9 +62,16 @@ class Version:
 
 
 class PolicyService:
-    def __init__(self, store: PolicyStore, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> None:
+    def __init__(
+        self,
+        store: PolicyStore,
+        *,
+        max_log_limit: int = DEFAULT_MAX_LOG_LIMIT,
+        clock: Clock | None = None,
+    ) -> None:
         self.store = store
         self._max_log_limit = max_log_limit
+        self._clock: Clock = clock or SystemClock()  # what "expires in 10m" counts from
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -125,12 +140,35 @@ class PolicyService:
         With ``base_versions`` (0 = "must not exist yet") the publish is refused with
         StaleVersionError when any of those domains has moved on since.
         """
+        policies, bases = self._keep_live_pins(list(policies), base_versions)
         documents = {p.domain: dump_policy(p) for p in policies}
         # Round-trip through the loader: what is stored must load back, every time.
         self.validate(documents.items())
         return self.store.publish(
-            documents, author=author, comment=comment, expected_versions=base_versions
+            documents, author=author, comment=comment, expected_versions=bases
         )
+
+    def _keep_live_pins(
+        self, policies: list[DomainPolicy], base_versions: Mapping[str, int] | None
+    ) -> tuple[list[DomainPolicy], Mapping[str, int] | None]:
+        """Policies whose document named no pins take the live ones. Those domains' versions
+        as read become conditions of the publish (unless the caller gave its own), so a pin
+        written in between is never silently lost: the publish fails as stale instead."""
+        keeping = [p for p in policies if not p.pins_given]
+        if not keeping:
+            return policies, base_versions
+        live = self.store.current()
+        bases = dict(base_versions or {})
+        kept = []
+        for policy in policies:
+            stored = live.get(policy.domain)
+            if policy.pins_given or stored is None:
+                kept.append(policy)
+                continue
+            current = self._view(stored).policy
+            kept.append(replace(policy, pins=current.pins, resets=current.resets))
+            bases.setdefault(policy.domain, stored.version)
+        return kept, bases
 
     def publish_document(
         self,
@@ -199,7 +237,7 @@ class PolicyService:
     ) -> dict[str, int]:
         """Add or replace the rule at ``path`` (its ancestors' (key, value), then its own)."""
         current = self._current_or_empty(domain)
-        updated = DomainPolicy(domain, _replace(current.descriptors, path, rule))
+        updated = replace(current, descriptors=_replace(current.descriptors, path, rule))
         bases = {domain: base_version} if base_version is not None else None
         return self.publish([updated], author=author, comment=comment, base_versions=bases)
 
@@ -213,7 +251,104 @@ class PolicyService:
         base_version: int | None = None,
     ) -> dict[str, int]:
         current = self.get(domain).policy
-        updated = DomainPolicy(domain, _replace(current.descriptors, path, None))
+        updated = replace(current, descriptors=_replace(current.descriptors, path, None))
+        bases = {domain: base_version} if base_version is not None else None
+        return self.publish([updated], author=author, comment=comment, base_versions=bases)
+
+    # -- pins and resets on one exact descriptor -----------------------------------------------
+
+    def pins(self, domain: str, kind: str) -> list[Pin]:
+        """The domain's overrides, blocks or allows (expired ones included, until pruned)."""
+        _check_kind(kind)
+        return [p for p in self.get(domain).policy.pins if p.kind == kind]
+
+    def put_pin(
+        self,
+        domain: str,
+        kind: str,
+        descriptor: str,
+        *,
+        rate_limit: Mapping[str, object] | None = None,
+        expires_in: str | None = None,
+        author: str,
+        comment: str,
+        base_version: int | None = None,
+    ) -> dict[str, int]:
+        """Pin ``descriptor`` (``KEY=VALUE,…``) as an override (with ``rate_limit``), a block
+        or an allow, replacing the same kind's pin on it, optionally expiring ``expires_in``
+        (a duration or an ISO 8601 time) from now. Pins that have expired are pruned in the
+        same version (they stay in its diff)."""
+        _check_kind(kind)
+        policy = self.get(domain).policy
+        entries = _matched_entries(policy, descriptor)
+        text = format_entries(entries)
+        for pin in policy.pins:
+            if pin.entries == entries and pin.kind != kind:
+                raise ConfigError([f"descriptor: {text} is in {pin.kind}; remove it there first"])
+        if kind == "overrides" and rate_limit is None:
+            raise ConfigError(["rate_limit: an override needs one (requests_per_unit, unit, …)"])
+        if kind != "overrides" and rate_limit is not None:
+            raise ConfigError([f"rate_limit: only overrides have one, not {kind}"])
+        now = self._clock.now()
+        item: dict[str, object] = {"descriptor": text}
+        if rate_limit is not None:
+            if not isinstance(rate_limit, Mapping):
+                raise ConfigError(["rate_limit: must be a mapping (requests_per_unit, unit, …)"])
+            item["rate_limit"] = dict(rate_limit)
+        if expires_in is not None:
+            try:
+                item["expires_at"] = format_time(parse_expiry(expires_in, now))
+            except ValueError as exc:
+                raise ConfigError([str(exc)]) from None
+        document = {"domain": domain, kind: [item]}
+        document["descriptors"] = [rule_document(r) for r in policy.descriptors]
+        try:
+            [loaded] = self.validate([("rate_limit", json.dumps(document))])
+        except ConfigError as exc:
+            # The document is one line of JSON made here: only the field tells anything.
+            problems = [p.replace("rate_limit:1: ", "rate_limit: ") for p in exc.problems]
+            raise ConfigError(problems) from None
+        kept = tuple(p for p in policy.pins if p.entries != entries and not _expired(p, now))
+        updated = replace(policy, pins=(*kept, *loaded.pins), pins_given=True)
+        bases = {domain: base_version} if base_version is not None else None
+        return self.publish([updated], author=author, comment=comment, base_versions=bases)
+
+    def delete_pin(
+        self,
+        domain: str,
+        kind: str,
+        descriptor: str,
+        *,
+        author: str,
+        comment: str,
+        base_version: int | None = None,
+    ) -> dict[str, int]:
+        _check_kind(kind)
+        policy = self.get(domain).policy
+        entries = _entries(descriptor)
+        if not any(p.kind == kind and p.entries == entries for p in policy.pins):
+            raise ConfigError([f"descriptor: {format_entries(entries)} is not in {kind}"])
+        pins = tuple(p for p in policy.pins if p.entries != entries)
+        updated = replace(policy, pins=pins, pins_given=True)
+        bases = {domain: base_version} if base_version is not None else None
+        return self.publish([updated], author=author, comment=comment, base_versions=bases)
+
+    def reset(
+        self,
+        domain: str,
+        descriptor: str,
+        *,
+        author: str,
+        comment: str,
+        base_version: int | None = None,
+    ) -> dict[str, int]:
+        """Start the counters of every limit of the rule (and the override) that applies to
+        ``descriptor`` afresh, on every instance: a new reset generation in the document."""
+        policy = self.get(domain).policy
+        entries = _matched_entries(policy, descriptor)
+        before = next((r.generation for r in policy.resets if r.entries == entries), 0)
+        resets = tuple(r for r in policy.resets if r.entries != entries)
+        updated = replace(policy, resets=(*resets, Reset(entries, before + 1)), pins_given=True)
         bases = {domain: base_version} if base_version is not None else None
         return self.publish([updated], author=author, comment=comment, base_versions=bases)
 
@@ -242,6 +377,32 @@ class PolicyService:
             if stored.version == version:
                 return stored
         raise VersionNotFoundError(f"domain '{domain}' has no version {version}")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in PIN_KINDS:
+        raise ConfigError([f"kind: must be one of {', '.join(PIN_KINDS)}, not '{kind}'"])
+
+
+def _entries(descriptor: str) -> tuple[tuple[str, str], ...]:
+    try:
+        return parse_entries(descriptor)
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
+
+
+def _matched_entries(policy: DomainPolicy, descriptor: str) -> tuple[tuple[str, str], ...]:
+    """The descriptor's entries, refused unless a rule of the domain limits it."""
+    entries = _entries(descriptor)
+    if Snapshot([replace(policy, pins=(), resets=())]).lookup(policy.domain, entries) is None:
+        raise ConfigError(
+            [f"descriptor: no rule of domain '{policy.domain}' limits {format_entries(entries)}"]
+        )
+    return entries
+
+
+def _expired(pin: Pin, now: float) -> bool:
+    return pin.expires_at_s is not None and pin.expires_at_s <= now
 
 
 def _diff(domain: str, before: str, before_version: int, after: StoredPolicy) -> str:

@@ -3,19 +3,30 @@
 Matching follows envoyproxy/ratelimit: at each entry of a request descriptor, an exact
 key+value rule beats a wildcard value (first in file order), which beats a key-only rule;
 the walk never backtracks; a limit applies only when it sits at the request's last entry.
+
+An operator's pins (overrides, blocks, allows) are a dict per domain keyed by the exact
+entries, so thousands of them cost one dict lookup per descriptor. A reset gives the counter
+a new key (the counter key plus one ``#reset:N`` part): the next request starts from nothing
+on every instance and every backend at once, with no state to delete and no race with the
+requests counting meanwhile; the abandoned state expires as any idle counter does.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from sluice.algorithms import ALGORITHMS, Limit
 from sluice.algorithms.calendar import calendar_for
-from sluice.model import DomainPolicy, LimitOverride, RateLimit, Rule
+from sluice.model import DomainPolicy, LimitOverride, Pin, RateLimit, Rule
 from sluice.policies.glob import Glob
 from sluice.records import record
 
-__all__ = ["Match", "Snapshot", "compile_limit"]
+__all__ = ["ALLOW", "BLOCK", "OVERRIDE", "Match", "PinMatch", "Snapshot", "compile_limit"]
+
+# PinMatch.kind, compiled from the pin kinds' names (an int compare on the request path).
+OVERRIDE, BLOCK, ALLOW = range(3)
+_PIN_KIND = {"overrides": OVERRIDE, "blocks": BLOCK, "allows": ALLOW}
 
 
 @record
@@ -40,6 +51,18 @@ class Match:
     quota_mode: bool = False
 
 
+@record
+class PinMatch:
+    """An operator's pin on one exact descriptor, as the limiter applies it until
+    ``expires_at_s`` (infinity: until removed). ``match`` is, for an override, its own limit
+    on its own counter (the counter key plus ``#override``: never the rule's); for a block or
+    an allow, the rule's, whose id usage is recorded under."""
+
+    kind: int
+    match: Match
+    expires_at_s: float
+
+
 def compile_limit(rate_limit: RateLimit) -> Limit:
     """The limit as the request path uses it: the algorithm resolved, ``burst`` defaulted."""
     burst = rate_limit.burst if rate_limit.burst is not None else rate_limit.requests_per_unit
@@ -57,7 +80,15 @@ def compile_limit(rate_limit: RateLimit) -> Limit:
 
 
 class _Node:
-    __slots__ = ("match", "shared_value", "exact", "wildcards", "key_only", "has_children")
+    __slots__ = (
+        "match",
+        "shared_value",
+        "exact",
+        "wildcards",
+        "key_only",
+        "has_children",
+        "resets",
+    )
 
     def __init__(self, rule: Rule | None, children: Iterable[Rule], rule_id: str) -> None:
         # Built once here: the request path only adds the counter key. None: no limit applies
@@ -78,6 +109,8 @@ class _Node:
             else:
                 self.exact[(child.key, child.value)] = node
         self.has_children = bool(self.exact or self.wildcards or self.key_only)
+        # A domain's root only: counter key -> the part a reset appends to it.
+        self.resets: dict[tuple[str, ...], str] = {}
 
     def child(self, key: str, value: str) -> _Node | None:
         """Exact value, else the first wildcard that matches, else key-only."""
@@ -98,6 +131,53 @@ class Snapshot:
         self.version = version
         self._domains = {p.domain: _Node(None, p.descriptors, p.domain) for p in self.policies}
         self._limit_overrides = {p.domain: p.limit_overrides for p in self.policies}
+        self._pins: dict[str, dict[tuple[tuple[str, str], ...], PinMatch]] = {}
+        for policy in self.policies:
+            self._compile_resets(policy)
+            generations = {reset.entries: reset.generation for reset in policy.resets}
+            pins = {
+                pin.entries: self._compile_pin(policy.domain, pin, generations)
+                for pin in policy.pins
+            }
+            if pins:
+                self._pins[policy.domain] = pins
+
+    def _compile_resets(self, policy: DomainPolicy) -> None:
+        # Keyed by the counter, so resetting a descriptor whose rule shares one counter among
+        # many values (share_threshold) resets that shared counter; the generations of every
+        # reset landing on one counter are added, so each new reset moves it on.
+        generations: dict[tuple[str, ...], int] = {}
+        for reset in policy.resets:
+            match = self.lookup(policy.domain, reset.entries)
+            if match is not None:
+                key = match.counter_key
+                generations[key] = generations.get(key, 0) + reset.generation
+        self._domains[policy.domain].resets = {key: f"#reset:{n}" for key, n in generations.items()}
+
+    def _compile_pin(
+        self, domain: str, pin: Pin, generations: dict[tuple[tuple[str, str], ...], int]
+    ) -> PinMatch:
+        rule = self.lookup(domain, pin.entries) or Match(f"{domain}.(pin)", (), ())
+        expires = pin.expires_at_s if pin.expires_at_s is not None else math.inf
+        kind = _PIN_KIND[pin.kind]
+        if kind != OVERRIDE or pin.rate_limit is None:
+            return PinMatch(kind, rule, expires)
+        # One extra part makes the key's length even, which a rule's never is (the domain,
+        # then key/value pairs): an override can never share a counter with a descriptor.
+        suffix = "#override"
+        generation = generations.get(pin.entries, 0)
+        if generation:
+            suffix += f"#reset:{generation}"
+        counter_key = (domain, *(part for entry in pin.entries for part in entry), suffix)
+        limit = compile_limit(pin.rate_limit)
+        override = Match(
+            rule.rule_id, counter_key, (limit,), name=rule.name, replaces=rule.replaces
+        )
+        return PinMatch(kind, override, expires)
+
+    def pins(self, domain: str) -> dict[tuple[tuple[str, str], ...], PinMatch]:
+        """The domain's pins by exact entries (empty for none: one falsy test per request)."""
+        return self._pins.get(domain, _NO_PINS)
 
     def has_domain(self, domain: str) -> bool:
         return domain in self._domains
@@ -111,6 +191,7 @@ class Snapshot:
         node = self._domains.get(domain)
         if node is None:
             return None
+        root = node
         counter_key = [domain]
         last = len(entries) - 1
         for i, (key, value) in enumerate(entries):
@@ -124,7 +205,12 @@ class Snapshot:
                 match = node.match
                 if match is None:
                     return None  # a node with neither limit nor matching depth whitelists
-                return _with_counter_key(match, tuple(counter_key))
+                counter = tuple(counter_key)
+                if root.resets:
+                    suffix = root.resets.get(counter)
+                    if suffix is not None:
+                        counter = (*counter, suffix)
+                return _with_counter_key(match, counter)
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None
@@ -148,6 +234,9 @@ class Snapshot:
         for policy in self.policies:
             lines.extend(_dump_rules(policy.domain, policy.descriptors))
         return "\n".join(lines) + "\n"
+
+
+_NO_PINS: dict[tuple[tuple[str, str], ...], PinMatch] = {}
 
 
 def _match(rule: Rule, rule_id: str) -> Match:

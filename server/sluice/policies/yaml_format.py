@@ -27,8 +27,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.algorithms.calendar import CALENDAR_UNITS, known_zone
 from sluice.errors import ConfigError
-from sluice.model import LIMIT_OVERRIDES, DomainPolicy, RateLimit, Rule, Unit
+from sluice.model import LIMIT_OVERRIDES, PIN_KINDS, DomainPolicy, Pin, RateLimit, Reset, Rule, Unit
+from sluice.policies.descriptor_text import format_entries, format_time, parse_entries, parse_time
 from sluice.policies.glob import MAX_WILDCARDS
+from sluice.policies.snapshot import Snapshot
 
 __all__ = [
     "DEFAULT_MAX_LOG_LIMIT",
@@ -40,13 +42,20 @@ __all__ = [
     "load_sources",
     "load_text",
     "read_sources",
+    "pin_document",
     "rule_document",
 ]
 
 # sliding_window_log keeps one entry per admitted request; this caps its memory per key.
 DEFAULT_MAX_LOG_LIMIT = 10_000
 
-_ROOT_KEYS = ("domain", "descriptors", "limit_overrides")
+_ROOT_KEYS = ("domain", "descriptors", "limit_overrides", *PIN_KINDS, "resets")
+_PIN_KEYS = {
+    "overrides": ("descriptor", "rate_limit", "expires_at"),
+    "blocks": ("descriptor", "expires_at"),
+    "allows": ("descriptor", "expires_at"),
+}
+_RESET_KEYS = ("descriptor", "generation")
 _RULE_KEYS = (
     "key",
     "value",
@@ -379,7 +388,108 @@ class _Loader:
             self.error(fields.get("domain", node), "config file cannot have empty domain")
             return None
         rules = self.rules(fields.get("descriptors"), domain)
-        return DomainPolicy(domain, rules, self.limit_overrides(fields.get("limit_overrides")))
+        overrides = self.limit_overrides(fields.get("limit_overrides"))
+        pins, resets = self.per_descriptor(fields, DomainPolicy(domain, rules))
+        given = any(key in fields for key in (*PIN_KINDS, "resets"))
+        return DomainPolicy(domain, rules, overrides, pins, resets, given)
+
+    def per_descriptor(
+        self, fields: dict[str, Node], rules: DomainPolicy
+    ) -> tuple[tuple[Pin, ...], tuple[Reset, ...]]:
+        """The pins and resets, each naming one exact descriptor that some rule matches, no
+        descriptor pinned twice (it could not be both blocked and allowed)."""
+        rule_tree = Snapshot([rules])
+        pins: list[Pin] = []
+        seen: dict[tuple[tuple[str, str], ...], str] = {}
+        for kind in PIN_KINDS:
+            for i, item, entries in self.descriptor_list(fields, kind, rule_tree):
+                where = f"{kind}[{i}]"
+                entry = self.mapping(item, _PIN_KEYS[kind], where)
+                assert entry is not None  # descriptor_list checked it is a mapping
+                rate_limit = None
+                if kind == "overrides":
+                    rate_limit = self.override_limit(entry.get("rate_limit"), item, where)
+                expires = self.expires_at(entry.get("expires_at"), where)
+                if entries in seen:
+                    self.error(
+                        item,
+                        f"{where}.descriptor: {format_entries(entries)} is "
+                        f"already in {seen[entries]}",
+                    )
+                    continue
+                seen[entries] = where
+                pins.append(Pin(kind, entries, rate_limit, expires, self.line(item)))
+        resets: list[Reset] = []
+        reset_seen: set[tuple[tuple[str, str], ...]] = set()
+        for i, item, entries in self.descriptor_list(fields, "resets", rule_tree):
+            entry = self.mapping(item, _RESET_KEYS, f"resets[{i}]")
+            assert entry is not None
+            generation = _scalar(entry["generation"]) if "generation" in entry else None
+            if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+                self.error(
+                    entry.get("generation", item),
+                    f"resets[{i}].generation: must be a whole number from 1",
+                )
+                continue
+            if entries in reset_seen:
+                self.error(
+                    item, f"resets[{i}].descriptor: {format_entries(entries)} is reset twice"
+                )
+                continue
+            reset_seen.add(entries)
+            resets.append(Reset(entries, generation, self.line(item)))
+        return tuple(pins), tuple(resets)
+
+    def descriptor_list(
+        self, fields: dict[str, Node], name: str, rule_tree: Snapshot
+    ) -> Iterator[tuple[int, Node, tuple[tuple[str, str], ...]]]:
+        """(index, node, entries) of each item of the list ``name`` whose ``descriptor`` is
+        well formed and matched by a rule; problems with the others are reported."""
+        node = fields.get(name)
+        if node is None or _is_null(node):
+            return
+        if not isinstance(node, SequenceNode):
+            self.error(node, f"'{name}' must be a list")
+            return
+        [domain] = [p.domain for p in rule_tree.policies]
+        for i, item in enumerate(node.value):
+            if not isinstance(item, MappingNode):
+                self.error(item, f"{name}[{i}] must be a mapping")
+                continue
+            descriptor = next((v for k, v in item.value if _scalar(k) == "descriptor"), None)
+            text = self.string(descriptor, f"{name}[{i}].descriptor")
+            if descriptor is None or text is None:
+                self.error(descriptor or item, f"{name}[{i}].descriptor: missing (KEY=VALUE,…)")
+                continue
+            try:
+                entries = parse_entries(text, f"{name}[{i}].descriptor")
+            except ValueError as exc:
+                self.error(descriptor, str(exc))
+                continue
+            if rule_tree.lookup(domain, entries) is None:
+                self.error(
+                    descriptor,
+                    f"{name}[{i}].descriptor: no rule of domain '{domain}' limits {text}",
+                )
+                continue
+            yield i, item, entries
+
+    def override_limit(self, node: Node | None, item: Node, where: str) -> RateLimit | None:
+        if node is None:
+            self.error(item, f"{where}.rate_limit: missing (unit, requests_per_unit, …)")
+            return None
+        fields = self.mapping(node, _ONE_LIMIT_KEYS, f"{where}.rate_limit")
+        return self.one_limit(node, fields, "") if fields is not None else None
+
+    def expires_at(self, node: Node | None, where: str) -> float | None:
+        text = self.string(node, f"{where}.expires_at")
+        if node is None or text is None:
+            return None
+        try:
+            return parse_time(text, f"{where}.expires_at")
+        except ValueError as exc:
+            self.error(node, str(exc))
+            return None
 
     def limit_overrides(self, node: Node | None) -> str | None:
         if node is None or _is_null(node):
@@ -795,6 +905,15 @@ def dump_policy(policy: DomainPolicy) -> str:
     if policy.limit_overrides is not None:
         document["limit_overrides"] = policy.limit_overrides
     document["descriptors"] = [rule_document(r) for r in policy.descriptors]
+    for kind in PIN_KINDS:
+        pins = [pin_document(p) for p in policy.pins if p.kind == kind]
+        if pins:
+            document[kind] = pins
+    if policy.resets:
+        document["resets"] = [
+            {"descriptor": format_entries(r.entries), "generation": r.generation}
+            for r in policy.resets
+        ]
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
@@ -839,6 +958,16 @@ def rule_document(rule: Rule) -> dict[str, Any]:
         doc["metadata"] = json.loads(rule.metadata)
     if rule.descriptors:
         doc["descriptors"] = [rule_document(child) for child in rule.descriptors]
+    return doc
+
+
+def pin_document(pin: Pin) -> dict[str, Any]:
+    """A pin as the plain mapping the YAML format (and the JSON API) writes it."""
+    doc: dict[str, Any] = {"descriptor": format_entries(pin.entries)}
+    if pin.rate_limit is not None:
+        doc["rate_limit"] = _limit_document(pin.rate_limit)
+    if pin.expires_at_s is not None:
+        doc["expires_at"] = format_time(pin.expires_at_s)
     return doc
 
 

@@ -13,6 +13,7 @@ from sluice.usage.heavy_hitters import SpaceSaving
 __all__ = [
     "ALLOWED",
     "BACKEND_ERROR",
+    "BLOCKED",
     "NEAR_LIMIT",
     "OVER_LIMIT",
     "SHADOW_OVER",
@@ -25,14 +26,21 @@ __all__ = [
 # integers of the usage tables, failing every later flush of the figures they are in.
 MAX_RECORDED_COST = 2**32
 
-# Indexes into RuleUsage.counts.
-ALLOWED, OVER_LIMIT, SHADOW_OVER, NEAR_LIMIT, BACKEND_ERROR = range(5)
-COUNTER_NAMES = ("allowed", "over_limit", "shadow_over_limit", "near_limit", "backend_errors")
+# Indexes into RuleUsage.counts. BLOCKED: refused by an operator's block, nothing counted.
+ALLOWED, OVER_LIMIT, SHADOW_OVER, NEAR_LIMIT, BACKEND_ERROR, BLOCKED = range(6)
+COUNTER_NAMES = (
+    "allowed",
+    "over_limit",
+    "shadow_over_limit",
+    "near_limit",
+    "backend_errors",
+    "blocked",
+)
 
 
 @dataclass
 class RuleUsage:
-    counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
+    counts: list[int] = field(default_factory=lambda: [0] * len(COUNTER_NAMES))
     offenders: SpaceSaving | None = None  # over-limit keys (concrete descriptor values)
     local_refusals: int = 0  # of the over-limit hits, those the local cache refused
 

@@ -33,6 +33,7 @@ class UsagePoint:
     shadow_over_limit: int
     near_limit: int
     backend_errors: int
+    blocked: int = 0  # later than the others: positional callers predate it
 
 
 class UsageStore:

@@ -49,11 +49,12 @@ def test_counts_per_rule_with_near_limit_and_offenders() -> None:
         (("plan", "p"), ("free", "f")),
     )
     usage = recorder.drain()
-    assert usage["d.user"].counts == [6, 2, 0, 2, 0]  # allowed, over, shadow, near, errors
+    # allowed, over, shadow, near, errors, blocked
+    assert usage["d.user"].counts == [6, 2, 0, 2, 0, 0]
     assert usage["d.user"].offenders is not None
     assert usage["d.user"].offenders.top() == [("user,alice", 2)]
-    assert usage["d.trial"].counts == [1, 0, 2, 1, 0]
-    assert usage["d.plan.free"].counts == [1, 0, 0, 0, 0]
+    assert usage["d.trial"].counts == [1, 0, 2, 1, 0, 0]
+    assert usage["d.plan.free"].counts == [1, 0, 0, 0, 0, 0]
     assert recorder.drain() == {}
 
 
