@@ -202,8 +202,8 @@ def test_every_honoured_row_names_a_setting() -> None:
         (
             {"STATS_FLUSH_INTERVAL": "10"},
             "STATS_FLUSH_INTERVAL: '10' is not a duration (e.g. 100ms, 10s, 1m30s)",
-
-
+        ),
+        (
             {"GRPC_MAX_CONNECTION_AGE": "1d"},
             "GRPC_MAX_CONNECTION_AGE: '1d' is not a duration (e.g. 100ms, 10s, 1m30s)",
         ),

@@ -340,7 +340,13 @@ class _Loader:
             if policy is not None and len(self.problems) == before:
                 yield policy, f"{self.source}:{self.line(node)}"
 
-    def mapping(self, node: Node, allowed: tuple[str, ...], what: str) -> dict[str, Node] | None:
+    def mapping(
+        self, node: Node, allowed: tuple[str, ...], what: str, *, lenient: bool = True
+    ) -> dict[str, Node] | None:
+        """``node``'s fields. An unknown key is refused, unless ``lenient`` (upstream's parts
+        of a document) and upstream knows it: then it is ignored with a warning, as upstream
+        ignores it. Sluice's own parts (pins, resets) are not lenient: no upstream file has
+        them."""
         if not isinstance(node, MappingNode):
             self.error(node, f"{what} must be a mapping")
             return None
@@ -351,7 +357,7 @@ class _Loader:
                 continue
             key = key_node.value
             if key not in allowed:
-                if key in _UPSTREAM_KEYS:
+                if lenient and key in _UPSTREAM_KEYS:
                     reason = f"'{key}' has no meaning in {what}: ignored, as upstream ignores it"
                     self.warn(key_node, reason)
                 else:
@@ -404,7 +410,7 @@ class _Loader:
         for kind in PIN_KINDS:
             for i, item, entries in self.descriptor_list(fields, kind, rule_tree):
                 where = f"{kind}[{i}]"
-                entry = self.mapping(item, _PIN_KEYS[kind], where)
+                entry = self.mapping(item, _PIN_KEYS[kind], where, lenient=False)
                 assert entry is not None  # descriptor_list checked it is a mapping
                 rate_limit = None
                 if kind == "overrides":
@@ -422,7 +428,7 @@ class _Loader:
         resets: list[Reset] = []
         reset_seen: set[tuple[tuple[str, str], ...]] = set()
         for i, item, entries in self.descriptor_list(fields, "resets", rule_tree):
-            entry = self.mapping(item, _RESET_KEYS, f"resets[{i}]")
+            entry = self.mapping(item, _RESET_KEYS, f"resets[{i}]", lenient=False)
             assert entry is not None
             generation = _scalar(entry["generation"]) if "generation" in entry else None
             if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
@@ -478,7 +484,7 @@ class _Loader:
         if node is None:
             self.error(item, f"{where}.rate_limit: missing (unit, requests_per_unit, …)")
             return None
-        fields = self.mapping(node, _ONE_LIMIT_KEYS, f"{where}.rate_limit")
+        fields = self.mapping(node, _ONE_LIMIT_KEYS, f"{where}.rate_limit", lenient=False)
         return self.one_limit(node, fields, "") if fields is not None else None
 
     def expires_at(self, node: Node | None, where: str) -> float | None:
@@ -663,12 +669,14 @@ class _Loader:
                 f"'calendar' needs an algorithm that counts in windows ({' or '.join(windowed)}); "
                 f"{limit.algorithm} has no window to align to the calendar",
             )
-        elif limit.unit not in CALENDAR_UNITS:
+            return limit  # reported; left off the calendar so the rest can still be checked
+        if limit.unit not in CALENDAR_UNITS:
             self.error(
                 at,
                 f"'calendar' applies to day, week, month and year limits, not "
                 f"{limit.unit.name.lower()} (whose windows are not calendar periods)",
             )
+            return limit
         return dataclasses.replace(limit, timezone=zone)
 
     def limit_list(self, node: Node, name: str) -> tuple[RateLimit, ...]:
