@@ -7,6 +7,7 @@ is validated, shown as YAML and diffed is exactly what would be published.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,6 +170,10 @@ class RuleForm:
     # Not on the form, but an edit must not drop them.
     detailed_metric: bool = False
     share_threshold: bool = False
+    quota_mode: bool = False
+    value_to_metric: bool = False
+    metadata: str | None = None  # canonical JSON, as the rule keeps it
+    timezone: str | None = None  # calendar windows in this zone (the block's `calendar: true`)
 
     def document(self) -> Doc:
         doc: Doc = {"key": self.key.strip()}
@@ -186,10 +191,21 @@ class RuleForm:
                 block.update(self.limits[0].document())
             else:
                 block["limits"] = [limit.document() for limit in self.limits]
+            if self.mode == LIMIT and self.timezone is not None:
+                block["calendar"] = True
+                block["timezone"] = self.timezone
             doc["rate_limit"] = block
-        for flag in ("shadow_mode", "detailed_metric", "share_threshold"):
+        for flag in (
+            "shadow_mode",
+            "quota_mode",
+            "detailed_metric",
+            "value_to_metric",
+            "share_threshold",
+        ):
             if getattr(self, flag):
                 doc[flag] = True
+        if self.metadata is not None:
+            doc["metadata"] = json.loads(self.metadata)
         return doc
 
 
@@ -209,6 +225,10 @@ def form_from_rule(rule: Rule) -> RuleForm:
         shadow_mode=rule.shadow_mode,
         detailed_metric=rule.detailed_metric,
         share_threshold=rule.share_threshold,
+        quota_mode=rule.quota_mode,
+        value_to_metric=rule.value_to_metric,
+        metadata=rule.metadata,
+        timezone=rule.limits[0].timezone if rule.limits else None,
     )
 
 

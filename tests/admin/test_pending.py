@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import yaml
+
 from sluice.policies.yaml_format import load_text
 from sluice_admin import pending
-from sluice_admin.pending import LimitFields, RuleForm
+from sluice_admin.pending import LimitFields, RuleForm, form_from_rule
 
 [NESTED] = load_text(
     """\
@@ -63,3 +65,27 @@ def test_form_round_trips_a_rule() -> None:
 def test_diff_against_nothing_and_no_change() -> None:
     assert pending.diff(NESTED, 4, NESTED) == ""
     assert pending.diff(None, 0, NESTED).startswith("--- /dev/null\n+++ msg (pending)\n")
+
+
+def test_an_edit_keeps_what_the_form_does_not_show() -> None:
+    # Calendar windows, quota mode, metric naming and metadata are not on the form: editing
+    # the rule's limit must write them back unchanged, not drop them.
+    text = """domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {unit: month, requests_per_unit: 100, calendar: true, timezone: Europe/Paris}
+    quota_mode: true
+    value_to_metric: true
+    detailed_metric: true
+    metadata: {team: edge}
+"""
+    [policy] = load_text(text, "d.yaml")
+    form = form_from_rule(policy.descriptors[0])
+    form.limits[0].requests_per_unit = 200
+    document = {"domain": "d", "descriptors": [form.document()]}
+    [edited] = load_text(yaml.safe_dump(document), "e.yaml")
+    before, after = policy.descriptors[0], edited.descriptors[0]
+    assert after.limits[0].requests_per_unit == 200
+    assert after.limits[0].timezone == before.limits[0].timezone == "Europe/Paris"
+    assert (after.quota_mode, after.value_to_metric, after.detailed_metric) == (True, True, True)
+    assert after.metadata == before.metadata

@@ -48,7 +48,7 @@ def database_url(tmp_path: Path) -> str:
             service.publish(load_text(RULE % (version * 5)), author="seed", comment=f"v{version}")
         now = int(time.time())
         counts = {
-            ("shop.user", now - 300 + i): [5 + i % 20, i % 7, 0, 0, 0]
+            ("shop.user", now - 300 + i): [5 + i % 20, i % 7, 0, 0, 0, 0]
             for i in range(300)
             if not 120 <= i < 180
         }
