@@ -8,18 +8,21 @@
 -- The reset is exact (the limiter rounds it up to whole seconds on the wire, as
 -- envoyproxy/ratelimit). With calendar boundaries for P, the window is the calendar window
 -- holding now.
+-- The window holding now: [start, stop), epoch-aligned on whole seconds, or the calendar's.
+local function fixed_window_bounds(now, P)
+  if type(P) == 'table' then
+    local i = cal_index(P, now)
+    return P[i], P[i + 1]
+  end
+  local now_s = math.floor(now)
+  local start = now_s - now_s % P
+  return start, start + P
+end
+
 COUNTS_REFUSED['fixed_window'] = true
 CALENDAR['fixed_window'] = true
 ALGORITHMS['fixed_window'] = function(key, now, L, P, b, cost)
-  local start, stop
-  if type(P) == 'table' then
-    local i = cal_index(P, now)
-    start, stop = P[i], P[i + 1]
-  else
-    local now_s = math.floor(now)
-    start = now_s - now_s % P
-    stop = start + P
-  end
+  local start, stop = fixed_window_bounds(now, P)
   local stored = redis.call('HMGET', key, 'w', 'c')
   local count = 0
   local same = stored[1] and tonumber(stored[1]) == start
@@ -51,15 +54,7 @@ end
 -- hit can share its key). No result table and no closure: it writes the reply's five values
 -- into out at n and returns the new n. Same formulas, same state, same reply.
 FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
-  local start, stop
-  if type(P) == 'table' then
-    local i = cal_index(P, now)
-    start, stop = P[i], P[i + 1]
-  else
-    local now_s = math.floor(now)
-    start = now_s - now_s % P
-    stop = start + P
-  end
+  local start, stop = fixed_window_bounds(now, P)
   local stored = redis.call('HMGET', key, 'w', 'c')
   local count = cost
   if stored[1] and tonumber(stored[1]) == start then
