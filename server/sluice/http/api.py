@@ -88,6 +88,28 @@ class _Api:
         # ShouldRateLimit.
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    async def _change(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        domain: str,
+        write: Callable[..., dict[str, int]],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> web.Response:
+        """One of the service's writes, as the request's author, with its comment and its
+        expected version; the answer names the domain's new version (none if nothing changed)."""
+        changed = await self._call(
+            write,
+            *args,
+            author=_author(request, body),
+            comment=str(body.get("comment", "")),
+            base_version=_base_version(body),
+            **kwargs,
+        )
+        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
+
     async def list_domains(self, request: web.Request) -> web.Response:
         views = await self._call(self.service.domains)
         return _json({"domains": [_summary(v) for v in views]})
@@ -106,15 +128,14 @@ class _Api:
         if not isinstance(document, str):
             descriptors = body.get("descriptors", [])
             document = json.dumps({"domain": domain, "descriptors": descriptors})
-        changed = await self._call(
+        return await self._change(
+            request,
+            body,
+            domain,
             self.service.publish_document,
             document,
             domain=domain,
-            author=_author(request, body),
-            comment=str(body.get("comment", "")),
-            base_version=_base_version(body),
         )
-        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
     async def delete_domain(self, request: web.Request) -> web.Response:
         domain = request.match_info["domain"]
@@ -164,29 +185,27 @@ class _Api:
             raise ConfigError(["rule: must be a descriptor mapping (key, value, rate_limit, …)"])
         path = _path(body)
         rule = await self._call(self.service.validate_rule, domain, rule_doc)
-        changed = await self._call(
+        return await self._change(
+            request,
+            body,
+            domain,
             self.service.put_rule,
             domain,
             path,
             rule,
-            author=_author(request, body),
-            comment=str(body.get("comment", "")),
-            base_version=_base_version(body),
         )
-        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
     async def delete_rule(self, request: web.Request) -> web.Response:
         domain = request.match_info["domain"]
         body = await _body(request)
-        changed = await self._call(
+        return await self._change(
+            request,
+            body,
+            domain,
             self.service.delete_rule,
             domain,
             _path(body),
-            author=_author(request, body),
-            comment=str(body.get("comment", "")),
-            base_version=_base_version(body),
         )
-        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
     async def list_pins(self, request: web.Request) -> web.Response:
         kind = request.match_info["kind"]
@@ -199,45 +218,42 @@ class _Api:
         expires_in = body.get("expires_in")
         if expires_in is not None and not isinstance(expires_in, str):
             raise ConfigError(["expires_in: must be a duration (30s, 10m, 7d) or an ISO 8601 time"])
-        changed = await self._call(
+        return await self._change(
+            request,
+            body,
+            domain,
             self.service.put_pin,
             domain,
             kind,
             _descriptor(body),
             rate_limit=body.get("rate_limit"),
             expires_in=expires_in,
-            author=_author(request, body),
-            comment=str(body.get("comment", "")),
-            base_version=_base_version(body),
         )
-        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
     async def delete_pin(self, request: web.Request) -> web.Response:
         domain, kind = request.match_info["domain"], request.match_info["kind"]
         body = await _body(request)
-        changed = await self._call(
+        return await self._change(
+            request,
+            body,
+            domain,
             self.service.delete_pin,
             domain,
             kind,
             _descriptor(body),
-            author=_author(request, body),
-            comment=str(body.get("comment", "")),
-            base_version=_base_version(body),
         )
-        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
     async def reset(self, request: web.Request) -> web.Response:
         domain = request.match_info["domain"]
         body = await _body(request)
-        changed = await self._call(
+        return await self._change(
+            request,
+            body,
+            domain,
             self.service.reset,
             domain,
             _descriptor(body),
-            author=_author(request, body),
-            comment=str(body.get("comment", "")),
-            base_version=_base_version(body),
         )
-        return _json({"domain": domain, "version": changed.get(domain), "changed": bool(changed)})
 
     async def validate(self, request: web.Request) -> web.Response:
         body = await _body(request)
