@@ -8,6 +8,8 @@ a viewer's session cannot publish even if the UI were bypassed.
 
 from __future__ import annotations
 
+import dataclasses
+
 from sluice.db import Database
 from sluice.errors import DomainNotFoundError, SluiceError
 from sluice.model import DomainPolicy
@@ -72,8 +74,22 @@ class AdminData:
         self, domain: str, descriptors: list[dict[str, object]]
     ) -> DomainPolicy:
         """A domain's rules (as YAML mappings) through the server's loader; ConfigError with
-        the loader's own messages, lines counted in :func:`pending_text`'s output."""
-        return self.validate_document(pending_text(domain, descriptors), PENDING_SOURCE)[0]
+        the loader's own messages, lines counted in :func:`pending_text`'s output.
+
+        The rules are what the editor changes: the live domain's own settings (its
+        ``limit_overrides``) and its operators' pins and resets come along unchanged, so the
+        diff shows the rules' change alone and a publish keeps them (without this, it dropped
+        ``limit_overrides`` and the diff showed every pin removed)."""
+        policy = self.validate_document(pending_text(domain, descriptors), PENDING_SOURCE)[0]
+        live = self.get(domain)
+        if live is None:
+            return policy
+        return dataclasses.replace(
+            policy,
+            limit_overrides=live.policy.limit_overrides,
+            pins=live.policy.pins,
+            resets=live.policy.resets,
+        )
 
     def validate_document(self, text: str, source: str) -> list[DomainPolicy]:
         return self._policies.validate([(source, text)])

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import yaml
 
+from sluice.policies.service import PolicyService
+from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import load_text
 from sluice_admin import pending
+from sluice_admin.data import AdminData
 from sluice_admin.pending import LimitFields, RuleForm, form_from_rule
 
 [NESTED] = load_text(
@@ -89,3 +92,34 @@ descriptors:
     assert after.limits[0].timezone == before.limits[0].timezone == "Europe/Paris"
     assert (after.quota_mode, after.value_to_metric, after.detailed_metric) == (True, True, True)
     assert after.metadata == before.metadata
+
+
+def test_a_rules_edit_keeps_the_domains_settings_and_pins(database_url: str) -> None:
+    # The editor changes rules only: the domain's limit_overrides and its operators' pins
+    # must survive a publish, and the diff must not show them going.
+    text = """domain: shop
+limit_overrides: deny
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+blocks:
+  - descriptor: user=mallory
+"""
+    data = AdminData.open(database_url)
+    try:
+        with PolicyStore(database_url) as store:
+            PolicyService(store).publish(load_text(text), author="seed", comment="pinned")
+        live = data.get("shop")
+        assert live is not None
+        rules = [{"key": "user", "rate_limit": {"unit": "minute", "requests_per_unit": 7}}]
+        edited = data.validate_descriptors("shop", rules)
+        assert edited.limit_overrides == "deny"
+        assert edited.pins == live.policy.pins and len(edited.pins) == 1
+        changes = [
+            line
+            for line in pending.diff(live.policy, live.version, edited).splitlines()
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")
+        ]
+        assert changes == ["-    requests_per_unit: 5", "+    requests_per_unit: 7"]
+    finally:
+        data.close()
