@@ -16,15 +16,12 @@ happens, ``_one_window`` says so plainly instead of leaving a puzzling count mis
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 
 import pytest
-import yaml
 
 from tests.support.envoy import (
     EnvoyProcess,
@@ -32,18 +29,14 @@ from tests.support.envoy import (
     envoy_binary,
     envoy_serve,
     http_get,
-    rewrite_ports,
 )
 from tests.support.envoy_example import (
     ENVOY_CONFIG,
-    EXAMPLE_ADMIN,
-    EXAMPLE_LISTENER,
-    EXAMPLE_SLUICE,
-    EXAMPLE_UPSTREAM,
     POLICY,
     STATS,
     UPSTREAM_BODY,
-    Upstream,
+    example_config,
+    upstream_server,
 )
 from tests.support.processes import SluiceProcess, free_port, sluice_serve
 
@@ -74,15 +67,8 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with upstream_server() as port:
+        yield port
 
 
 # Envoy's ratelimit filter against both transports of Sluice's gRPC port.
@@ -98,14 +84,12 @@ def stack(
     transport = ["--transport", request.param]
     with sluice_serve(workdir, config=POLICY, extra_args=transport) as sluice:
         listener, admin = free_port(), free_port()
-        config = rewrite_ports(
-            yaml.safe_load(ENVOY_CONFIG.read_text()),
-            {
-                EXAMPLE_LISTENER: listener,
-                EXAMPLE_ADMIN: admin,
-                EXAMPLE_UPSTREAM: upstream,
-                EXAMPLE_SLUICE: sluice.grpc_port,
-            },
+        config = example_config(
+            ENVOY_CONFIG,
+            listener=listener,
+            admin=admin,
+            upstream=upstream,
+            sluice=sluice.grpc_port,
         )
         with envoy_serve(workdir, config, admin_port=admin, listener_ports=(listener,)) as envoy:
             yield Stack(envoy, sluice, listener)

@@ -11,9 +11,7 @@ is refused by Sluice at the handshake; Envoy fails open, so its requests pass an
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +19,14 @@ import pytest
 import yaml
 
 from tests.support.certs import Pki, make_pki
-from tests.support.envoy import envoy_serve, http_get, rewrite_ports
+from tests.support.envoy import envoy_serve, http_get
 from tests.support.envoy_example import (
     ENVOY_CONFIG,
-    EXAMPLE_ADMIN,
-    EXAMPLE_LISTENER,
-    EXAMPLE_SLUICE,
-    EXAMPLE_UPSTREAM,
     POLICY,
     STATS,
     UPSTREAM_BODY,
-    Upstream,
+    example_config,
+    upstream_server,
 )
 from tests.support.processes import SluiceProcess, free_port, sluice_serve
 
@@ -74,27 +69,20 @@ def mtls_sluice(
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with upstream_server() as port:
+        yield port
 
 
 def _run(
     workdir: Path, pki: Pki, sluice: SluiceProcess, upstream: int, *, rogue: bool
 ) -> tuple[list[int], dict[str, int]]:
     listener, admin = free_port(), free_port()
-    config = rewrite_ports(
-        yaml.safe_load(ENVOY_CONFIG.read_text()),
-        {
-            EXAMPLE_LISTENER: listener,
-            EXAMPLE_ADMIN: admin,
-            EXAMPLE_UPSTREAM: upstream,
-            EXAMPLE_SLUICE: sluice.grpc_port,
-        },
+    config = example_config(
+        ENVOY_CONFIG,
+        listener=listener,
+        admin=admin,
+        upstream=upstream,
+        sluice=sluice.grpc_port,
     )
     [cluster] = [c for c in config["static_resources"]["clusters"] if c["name"] == "sluice"]
     cluster.update(documented_transport_socket(pki, rogue=rogue))

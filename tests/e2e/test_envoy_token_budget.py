@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import BaseHTTPRequestHandler
 from zoneinfo import ZoneInfo
 
 import pytest
-import yaml
 
 from tests.support.envoy import (
     EnvoyProcess,
@@ -33,13 +30,12 @@ from tests.support.envoy import (
     envoy_binary,
     envoy_serve,
     http_get,
-    rewrite_ports,
 )
+from tests.support.envoy_example import EXAMPLES, example_config, upstream_server
 from tests.support.processes import SluiceProcess, free_port, sluice_serve, wait_until
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "envoy"
 ENVOY_CONFIG = EXAMPLES / "token-budget.yaml"
 POLICY = EXAMPLES / "token-budget-ratelimit.yaml"
 # The ports written in examples/envoy/token-budget.yaml.
@@ -106,31 +102,23 @@ def stack(
         envoy_binary()
     except FileNotFoundError as exc:
         pytest.fail(str(exc))  # never a skip: a missing Envoy must not pass as green
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ModelServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     workdir = tmp_path_factory.mktemp("envoy-tokens")
-    try:
-        transport = ["--transport", request.param]
-        with sluice_serve(workdir, config=POLICY, extra_args=transport) as sluice:
-            listener, admin = free_port(), free_port()
-            config = rewrite_ports(
-                yaml.safe_load(ENVOY_CONFIG.read_text()),
-                {
-                    EXAMPLE_LISTENER: listener,
-                    EXAMPLE_ADMIN: admin,
-                    EXAMPLE_UPSTREAM: server.server_address[1],
-                    EXAMPLE_SLUICE: sluice.grpc_port,
-                },
-            )
-            with envoy_serve(
-                workdir, config, admin_port=admin, listener_ports=(listener,)
-            ) as envoy:
-                yield Stack(envoy, sluice, listener)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    transport = ["--transport", request.param]
+    with (
+        upstream_server(ModelServer) as model,
+        sluice_serve(workdir, config=POLICY, extra_args=transport) as sluice,
+    ):
+        listener, admin = free_port(), free_port()
+        config = example_config(
+            ENVOY_CONFIG,
+            listener=listener,
+            admin=admin,
+            upstream=model,
+            sluice=sluice.grpc_port,
+            written=(EXAMPLE_LISTENER, EXAMPLE_ADMIN, EXAMPLE_UPSTREAM, EXAMPLE_SLUICE),
+        )
+        with envoy_serve(workdir, config, admin_port=admin, listener_ports=(listener,)) as envoy:
+            yield Stack(envoy, sluice, listener)
 
 
 def _wait_for(stack: Stack, tenant: str, expected: tuple[str, int]) -> None:

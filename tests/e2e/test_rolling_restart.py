@@ -19,23 +19,17 @@ import http.client
 import itertools
 import threading
 import uuid
-from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.support.envoy import EnvoyProcess, envoy_serve, rewrite_ports
+from tests.support.envoy import EnvoyProcess, envoy_serve
 from tests.support.envoy_example import (
     ENVOY_CONFIG,
-    EXAMPLE_ADMIN,
-    EXAMPLE_LISTENER,
-    EXAMPLE_SLUICE,
-    EXAMPLE_UPSTREAM,
     POLICY,
     STATS,
-    Upstream,
+    example_config,
+    upstream_server,
 )
 from tests.support.processes import free_port, sluice_serve, wait_until
 from tests.support.redis_servers import RedisProcess
@@ -43,19 +37,6 @@ from tests.support.redis_servers import RedisProcess
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DRAIN_DELAY_S = 2.5  # five of the example's 0.5 s health-check intervals
-
-
-@contextlib.contextmanager
-def upstream_server() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def with_timeout(config: dict, timeout: str) -> dict:
@@ -161,14 +142,12 @@ def test_a_rolling_restart_loses_no_decision(
         a = stack.enter_context(sluice_serve(first, config=POLICY, extra_args=args))
         b = stack.enter_context(sluice_serve(second, config=POLICY, extra_args=args))
         listener, admin = free_port(), free_port()
-        config = rewrite_ports(
-            yaml.safe_load(ENVOY_CONFIG.read_text()),
-            {
-                EXAMPLE_LISTENER: listener,
-                EXAMPLE_ADMIN: admin,
-                EXAMPLE_UPSTREAM: upstream,
-                EXAMPLE_SLUICE: a.grpc_port,
-            },
+        config = example_config(
+            ENVOY_CONFIG,
+            listener=listener,
+            admin=admin,
+            upstream=upstream,
+            sluice=a.grpc_port,
         )
         config = with_timeout(with_second_endpoint(config, b.grpc_port), "1s")
         envoy = stack.enter_context(

@@ -3,11 +3,20 @@ ports written in it, and the upstream it routes to (a handler answering every GE
 
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler
+import contextlib
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.envoy import rewrite_ports
 
 __all__ = [
     "ENVOY_CONFIG",
+    "EXAMPLES",
     "EXAMPLE_ADMIN",
     "EXAMPLE_LISTENER",
     "EXAMPLE_SLUICE",
@@ -16,6 +25,8 @@ __all__ = [
     "STATS",
     "UPSTREAM_BODY",
     "Upstream",
+    "example_config",
+    "upstream_server",
 ]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "envoy"
@@ -41,3 +52,39 @@ class Upstream(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
+
+
+@contextlib.contextmanager
+def upstream_server(handler: type[BaseHTTPRequestHandler] = Upstream) -> Iterator[int]:
+    """An HTTP upstream for Envoy to route to, served on a thread: its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def example_config(
+    path: Path,
+    *,
+    listener: int,
+    admin: int,
+    upstream: int,
+    sluice: int,
+    written: tuple[int, int, int, int] = (
+        EXAMPLE_LISTENER,
+        EXAMPLE_ADMIN,
+        EXAMPLE_UPSTREAM,
+        EXAMPLE_SLUICE,
+    ),
+) -> dict[str, Any]:
+    """An example Envoy config with the ports ``written`` in it (listener, admin, upstream,
+    Sluice; envoy.yaml's by default) replaced by these."""
+    return rewrite_ports(
+        yaml.safe_load(path.read_text()),
+        dict(zip(written, (listener, admin, upstream, sluice), strict=True)),
+    )
