@@ -21,9 +21,9 @@ XDS_PROTOS = "xds-protos>=1.85"
 
 # Messages / enums / services defined by protos/ (nested ones included). Update when a
 # message is deliberately added to or removed from protos/.
-EXPECTED_MESSAGES = 12
-EXPECTED_ENUMS = 5
-EXPECTED_SERVICES = 1
+EXPECTED_MESSAGES = 22
+EXPECTED_ENUMS = 6
+EXPECTED_SERVICES = 2
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,7 @@ def test_generated_descriptors_match_upstream_envoy(xds_protos: Path) -> None:
     assert report["differences"] == []
     assert "envoy/service/ratelimit/v3/rls.proto" in report["files"]
     assert "envoy/extensions/common/ratelimit/v3/ratelimit.proto" in report["files"]
+    assert "envoy/service/rate_limit_quota/v3/rlqs.proto" in report["files"]
     assert report["messages"] == EXPECTED_MESSAGES
     assert report["enums"] == EXPECTED_ENUMS
     assert report["services"] == EXPECTED_SERVICES
