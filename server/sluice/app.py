@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from aiohttp import web
+from redis.asyncio import Redis, RedisCluster
 
 from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
@@ -21,9 +22,12 @@ from sluice.backends.redis.connect import RedisTls, connect
 from sluice.clock import Clock, SystemClock
 from sluice.errors import ConfigDatabaseError
 from sluice.grpc.core import RateLimitCore
+from sluice.grpc.leases import LeaseCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
 from sluice.http.management import make_management_app
+from sluice.leases import LeaseService, LeaseStore, MemoryLeaseStore
+from sluice.leases.redis import RedisLeaseStore
 from sluice.limiter import LimiterSettings, RateLimiter
 from sluice.metrics import Metrics
 from sluice.policies.reloader import SnapshotReloader
@@ -40,7 +44,14 @@ from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
 
-__all__ = ["GrpcFront", "Sluice", "freeze_startup_heap", "make_backend", "make_statsd"]
+__all__ = [
+    "GrpcFront",
+    "Sluice",
+    "freeze_startup_heap",
+    "make_backend",
+    "make_lease_store",
+    "make_statsd",
+]
 
 log = logging.getLogger("sluice")
 
@@ -50,16 +61,8 @@ def make_backend(settings: Settings) -> Backend:
     if settings.backend != "redis":
         return MemoryBackend(max_keys=settings.memory_max_keys)
     log.info("algorithm state in Redis at %s", redact_url(settings.redis_url))
-    client = connect(
-        settings.redis_url,
-        pool_size=settings.redis_pool_size,
-        timeout_s=settings.redis_timeout_ms / 1000,
-        tls=RedisTls(
-            settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
-        ),
-    )
     backend: Backend = RedisBackend(
-        client,
+        _redis_client(settings),
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
         lean_client=settings.redis_client == "lean",
@@ -67,6 +70,24 @@ def make_backend(settings: Settings) -> Backend:
     if settings.local_cache:
         backend = OverLimitCache(backend, max_keys=settings.local_cache_max_keys)
     return backend
+
+
+def make_lease_store(settings: Settings) -> LeaseStore:
+    """Where concurrency leases are held: with the algorithm state (its own Redis client)."""
+    if settings.backend != "redis":
+        return MemoryLeaseStore()
+    return RedisLeaseStore(_redis_client(settings), key_prefix=settings.redis_key_prefix)
+
+
+def _redis_client(settings: Settings) -> Redis | RedisCluster:
+    return connect(
+        settings.redis_url,
+        pool_size=settings.redis_pool_size,
+        timeout_s=settings.redis_timeout_ms / 1000,
+        tls=RedisTls(
+            settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
+        ),
+    )
 
 
 def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> StatsdSink | None:
@@ -133,6 +154,7 @@ class Sluice:
         self.backend = backend if backend is not None else make_backend(settings)
         self.recorder = UsageRecorder(near_limit_ratio=settings.near_limit_ratio)
         self.metrics = Metrics(self._metric_state, multiprocess_dir=metrics_dir)
+        self.lease_store = make_lease_store(settings)
         self.limiter = RateLimiter(
             lambda: self.snapshot,
             self.backend,
@@ -145,6 +167,16 @@ class Sluice:
                 limit_overrides=settings.limit_overrides,
             ),
             recorder=self.recorder,
+            leases=self.lease_store,
+        )
+        # The LeaseService (acquire / renew / release), whichever transport serves it.
+        self.leases = LeaseCore(
+            LeaseService(
+                lambda: self.snapshot,
+                self.lease_store,
+                self.clock,
+                bounds=settings.request_bounds,
+            )
         )
         self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
@@ -258,6 +290,7 @@ class Sluice:
             credentials=self.tls.grpc_credentials() if self.tls else None,
             reuse_port=shared_ports,
             core=self.rls,
+            leases=self.leases,
             max_connection_age_s=s.grpc_max_connection_age_s,
             max_connection_age_grace_s=s.grpc_max_connection_age_grace_s,
         )
@@ -375,6 +408,7 @@ class Sluice:
             await self.statsd.stop()  # after the flusher's last drain: nothing is left out
         await self.metrics.stop()
         await self.backend.close()
+        await self.lease_store.close()
 
     async def run_until_signal(self, started: Callable[[], None] | None = None) -> None:
         """Serve until SIGTERM or SIGINT, drain, and end the process with exit code 0.

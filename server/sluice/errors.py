@@ -7,6 +7,7 @@
     ├── BackendUnavailableError  algorithm state (e.g. Redis) cannot be reached
     ├── StaleVersionError        a publish based on a superseded version of a domain
     ├── DomainNotFoundError      no policy for that domain
+    ├── NoConcurrencyRuleError   a lease asked for a descriptor no concurrency rule matches
     └── VersionNotFoundError     the domain has no such version
 
 Callers catch SluiceError to tell a refusal or a configuration problem from a bug; every
@@ -25,6 +26,7 @@ __all__ = [
     "DomainNotFoundError",
     "ErrorStatus",
     "InvalidRequestError",
+    "NoConcurrencyRuleError",
     "SluiceError",
     "StaleVersionError",
     "VersionNotFoundError",
@@ -80,6 +82,10 @@ class DomainNotFoundError(SluiceError):
     """No policy for that domain (never published, or deleted)."""
 
 
+class NoConcurrencyRuleError(SluiceError):
+    """A lease was asked for a descriptor that no ``concurrency`` rule matches."""
+
+
 class VersionNotFoundError(SluiceError):
     """The domain has no such version."""
 
@@ -96,6 +102,7 @@ _STATUS: tuple[tuple[type[SluiceError], ErrorStatus], ...] = (
     (ConfigError, ErrorStatus("INVALID_ARGUMENT", 400)),
     (DomainNotFoundError, ErrorStatus("NOT_FOUND", 404)),
     (VersionNotFoundError, ErrorStatus("NOT_FOUND", 404)),
+    (NoConcurrencyRuleError, ErrorStatus("NOT_FOUND", 404)),
     (StaleVersionError, ErrorStatus("FAILED_PRECONDITION", 409)),
     # Unavailable: the caller may retry, here or on another instance.
     (ConfigDatabaseError, ErrorStatus("UNAVAILABLE", 503)),

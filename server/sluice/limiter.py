@@ -12,6 +12,11 @@ as OK too, unless every quota-mode descriptor of the request is over, when they 
 OVER_LIMIT and so does the request; a global shadow mode makes the overall answer OK but
 leaves the statuses untouched, so callers can still see what would have happened.
 
+A ``concurrency`` rule (leases held at once, sluice/leases) is answered from its lease
+table without taking a lease: OK while fewer than its limit are held, OVER_LIMIT when all
+are, with the leases still free as ``limit_remaining`` and, when full, the time until the
+first held lease expires as ``duration_until_reset``.
+
 A rule may hold several limits: its hit is admitted only if all admit it, and the status
 reports the limit that decided (the refusing one with the longest wait, or else the one
 closest to exhaustion).
@@ -28,13 +33,17 @@ from sluice.backends.memory import synchronous_apply
 from sluice.bounds import RequestBounds, check_request
 from sluice.clock import Clock
 from sluice.errors import BackendUnavailableError, InvalidRequestError
+from sluice.leases.memory import MemoryLeaseStore
+from sluice.leases.store import LeaseStore
 from sluice.model import (
     LIMIT_OVERRIDES,
     Code,
     Decision,
     DescriptorStatus,
     Header,
+    RateLimit,
     RateLimitRequest,
+    Unit,
 )
 from sluice.policies.snapshot import ALLOW, BLOCK, Match, PinMatch, Snapshot
 from sluice.usage.recorder import (
@@ -87,7 +96,10 @@ class RateLimiter:
         clock: Clock,
         settings: LimiterSettings = LimiterSettings(),
         recorder: UsageRecorder | None = None,
+        leases: LeaseStore | None = None,
     ) -> None:
+        """``leases``: the lease tables ``concurrency`` rules are answered from (the lease
+        service's own store; a private memory one if not given)."""
         if settings.failure_mode not in FAILURE_MODES:
             raise ValueError(f"failure_mode must be one of {FAILURE_MODES}")
         if settings.limit_overrides not in LIMIT_OVERRIDES:
@@ -98,6 +110,7 @@ class RateLimiter:
         self._clock = clock
         self._settings = settings
         self._recorder = recorder
+        self._leases: LeaseStore = leases if leases is not None else MemoryLeaseStore()
         self.backend_errors = 0  # requests whose backend call failed (upstream's redis_error)
         self.global_shadow_answers = 0  # OVER_LIMIT answered OK by global shadow mode
 
@@ -108,6 +121,7 @@ class RateLimiter:
         default_cost = max(1, request.hits_addend)  # 0 means 1, as in Envoy's API
         statuses = [_NO_LIMIT] * len(request.descriptors)
         applicable: list[_Applicable] = []
+        leased: list[_Applicable] = []  # descriptors of concurrency rules
         replaced: set[str] = set()
         recorder = self._recorder
         quota_descriptors = 0
@@ -156,12 +170,25 @@ class RateLimiter:
                 if recorder is not None:
                     recorder.record(match.rule_id, ALLOWED, cost=cost)
                 continue
+            if match.concurrency is not None:
+                leased.append(_Applicable(match, i, cost))
+                continue
             applicable.append(_Applicable(match, i, cost))
 
         if replaced:
             applicable = [a for a in applicable if a.match.name not in replaced]
+            leased = [a for a in leased if a.match.name not in replaced]
 
         quota_over: list[int] = []
+        if leased:
+            for a, status in zip(leased, await self._count_leases(leased), strict=True):
+                statuses[a.index] = status
+                if a.match.quota_mode:
+                    quota_descriptors += 1
+                    if status.code is Code.OVER_LIMIT:
+                        quota_over.append(a.index)
+                elif status.code is Code.OVER_LIMIT:
+                    over = True
         if applicable:
             hits = [Hit(a.match.counter_key, a.match.limits, a.cost) for a in applicable]
             try:
@@ -193,12 +220,12 @@ class RateLimiter:
                         quota_over.append(a.index)
                     else:
                         over = True
-            if quota_over:
-                if len(quota_over) == quota_descriptors:
-                    over = True  # every quota is spent: refused, as upstream refuses it
-                else:
-                    for i in quota_over:
-                        statuses[i] = _within_quota(statuses[i])
+        if quota_over:
+            if len(quota_over) == quota_descriptors:
+                over = True  # every quota is spent: refused, as upstream refuses it
+            else:
+                for i in quota_over:
+                    statuses[i] = _within_quota(statuses[i])
 
         final = tuple(statuses)
         overall = Code.OVER_LIMIT if over else Code.OK
@@ -231,15 +258,58 @@ class RateLimiter:
         local = outcomes[0].local
         recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender, local=local)
 
+    async def _count_leases(self, leased: list[_Applicable]) -> list[DescriptorStatus]:
+        """The status of each concurrency rule's descriptor: its leases held now."""
+        recorder = self._recorder
+        try:
+            counts = await self._leases.in_flight(
+                [a.match.counter_key for a in leased], now=self._clock.now()
+            )
+        except BackendUnavailableError:
+            self.backend_errors += 1
+            if recorder is not None:
+                for a in leased:
+                    recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
+            if self._settings.failure_mode == "error":
+                raise
+            return [self._failed(a) for a in leased]
+        statuses: list[DescriptorStatus] = []
+        for a, held in zip(leased, counts, strict=True):
+            reported = _concurrency_limit(a.match)
+            limit = reported.requests_per_unit
+            if held.count < limit:
+                statuses.append(DescriptorStatus(Code.OK, reported, limit - held.count))
+                if recorder is not None:
+                    recorder.record(a.match.rule_id, ALLOWED, cost=a.cost)
+                continue
+            code = Code.OK if a.match.shadow_mode else Code.OVER_LIMIT
+            reason = "" if limit > 0 else "the concurrency limit is 0: no lease is ever granted"
+            statuses.append(DescriptorStatus(code, reported, 0, held.next_expiry_s, reason=reason))
+            if recorder is not None:
+                kind = SHADOW_OVER if a.match.shadow_mode else OVER_LIMIT
+                offender = ",".join(a.match.counter_key[1:])
+                recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender)
+        return statuses
+
     def _failed(self, a: _Applicable) -> DescriptorStatus:
         if self._settings.failure_mode == "allow":
             return _NO_LIMIT
         code = Code.OK if a.match.shadow_mode else Code.OVER_LIMIT
-        reported = a.match.limits[0].rate_limit
+        reported = a.match.limits[0].rate_limit if a.match.limits else _concurrency_limit(a.match)
         return DescriptorStatus(code, reported, 0, 0, reason="rate-limit state unavailable")
 
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
+
+
+def _concurrency_limit(match: Match) -> RateLimit:
+    """A concurrency rule's limit as ShouldRateLimit reports it: leases, per no unit of time
+    (``UNKNOWN``, 0 on the wire)."""
+    concurrency = match.concurrency
+    assert concurrency is not None
+    return RateLimit(concurrency.max_leases, Unit.UNKNOWN, match.name)
+
+
 _UNLIMITED = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
 
 
@@ -315,7 +385,12 @@ def _rate_limit_headers(
 ) -> tuple[Header, ...]:
     """RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers) for the limit
     closest to exhaustion, plus Retry-After when the request is refused."""
-    limited = [s for s in statuses if s.current_limit is not None]
+    # A concurrency limit has no window to describe: the fields say nothing of it.
+    limited = [
+        s
+        for s in statuses
+        if s.current_limit is not None and s.current_limit.unit is not Unit.UNKNOWN
+    ]
     if not limited:
         return ()
     closest = min(limited, key=lambda s: s.limit_remaining)

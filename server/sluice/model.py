@@ -15,6 +15,8 @@ from sluice.records import record
 __all__ = [
     "LIMIT_OVERRIDES",
     "Code",
+    "Concurrency",
+    "DEFAULT_LEASE_TTL_S",
     "Decision",
     "Descriptor",
     "DescriptorStatus",
@@ -99,6 +101,20 @@ class RateLimit:
     timezone: str | None = None
 
 
+# How long a lease lasts unless renewed, when a rule's ``lease_ttl`` does not say.
+DEFAULT_LEASE_TTL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """A concurrency limit (``rate_limit: {concurrency: N}``): at most ``max_leases`` leases
+    held at once per descriptor, each lasting ``lease_ttl_s`` unless renewed, so a client
+    that dies holding one frees its slot by itself (sluice/leases/)."""
+
+    max_leases: int
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One node of a domain's descriptor tree, as written in the YAML format.
@@ -124,6 +140,9 @@ class Rule:
 
     ``metadata`` is the rule's ``metadata`` mapping as canonical JSON (sorted keys), kept so a
     file round-trips; Sluice sends no dynamic metadata, so it has no effect yet.
+
+    ``concurrency`` makes the rule a concurrency limit (leases held at once) instead of a
+    rate: ``limits`` is then empty.
     """
 
     key: str
@@ -139,12 +158,13 @@ class Rule:
     quota_mode: bool = False
     value_to_metric: bool = False
     metadata: str | None = None
+    concurrency: Concurrency | None = None
     # Where the rule starts in its source file (0 when not from a file); not part of its identity.
     line: int = field(default=0, compare=False)
 
     @property
     def applies_limit(self) -> bool:
-        return bool(self.limits) or self.unlimited
+        return bool(self.limits) or self.unlimited or self.concurrency is not None
 
     @property
     def is_wildcard(self) -> bool:

@@ -44,6 +44,7 @@ from sluice.errors import SluiceError
 from sluice.exit_codes import describe
 from sluice.grpc.codec import encode_decision
 from sluice.grpc.core import RateLimitCore, decode_request
+from sluice.grpc.leases import add_lease_methods
 from sluice.grpc.server import HEALTH_SERVICE_NAMES
 from sluice.logs import configure as configure_logging
 from sluice.policies.store import PolicyStore
@@ -104,6 +105,7 @@ class Embedded:
             on_shutdown=[self.shutdown],
         )
         add_rate_limit_service(self.app, self.sluice.rls)
+        add_lease_methods(self.app, self.sluice.leases)
         self.health.add_to(self.app)
         add_reflection(self.app, (RLS_NAME, HEALTH_SERVICE))
         self._store: PolicyStore | None = None

@@ -177,6 +177,8 @@ def compare() -> dict:
     seen = set()
     for ours in ours_files:
         seen.add(ours.name)
+        if not ours.name.startswith("envoy/"):
+            continue  # Sluice's own API (sluice/lease/v1/lease.proto): nothing upstream to match
         try:
             up = _load_upstream(ours.name)
         except ImportError as exc:

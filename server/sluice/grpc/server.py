@@ -9,6 +9,7 @@ from grpc_reflection.v1alpha import reflection
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.grpc.codec import encode_decision
 from sluice.grpc.core import RateLimitCore, decode_request
+from sluice.grpc.leases import LeaseCore, add_lease_service
 from sluice.grpc.servicer import RateLimitServicer
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
@@ -32,6 +33,7 @@ class GrpcServer:
         credentials: grpc.ServerCredentials | None = None,
         reuse_port: bool = False,
         core: RateLimitCore | None = None,
+        leases: LeaseCore | None = None,
         max_connection_age_s: float = 0,
         max_connection_age_grace_s: float = 0,
     ) -> None:
@@ -52,6 +54,8 @@ class GrpcServer:
         self._server = grpc.aio.server(options=options)
         self.servicer = RateLimitServicer(limiter, metrics, core=core)  # drain() on shutdown
         _add_rate_limit_service(self.servicer, self._server)
+        if leases is not None:
+            add_lease_service(self._server, leases)
         # grpc-stubs (1.53) predates grpc_health's aio module and registered handlers.
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

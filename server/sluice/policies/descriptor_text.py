@@ -12,10 +12,20 @@ import math
 import re
 from datetime import UTC, datetime
 
-__all__ = ["format_entries", "format_time", "parse_entries", "parse_expiry", "parse_time"]
+__all__ = [
+    "format_duration",
+    "format_entries",
+    "format_time",
+    "parse_duration",
+    "parse_entries",
+    "parse_expiry",
+    "parse_time",
+]
 
 _DURATION = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# A length of time, milliseconds included (a lease's TTL may be under a second).
+_SPAN = re.compile(r"\s*(\d+)\s*(ms|[smhdw])\s*")
 
 
 def parse_entries(text: str, field: str = "descriptor") -> tuple[tuple[str, str], ...]:
@@ -74,3 +84,20 @@ def parse_expiry(text: str, now_s: float, field: str = "expires_in") -> float:
     if expires <= now_s:
         raise ValueError(f"{field}: '{text}' is not in the future (now is {format_time(now_s)})")
     return float(math.ceil(expires))
+
+
+def parse_duration(text: object, field: str) -> float:
+    """A length of time (``500ms``, ``30s``, ``10m``, ``2h``, ``7d``, ``1w``) in seconds."""
+    match = _SPAN.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(
+            f"{field}: '{text}' is not a duration such as 500ms, 30s, 10m, 2h, 7d or 1w"
+        )
+    count, unit = int(match.group(1)), match.group(2)
+    return count / 1000 if unit == "ms" else float(count * _UNIT_S[unit])
+
+
+def format_duration(seconds: float) -> str:
+    """What ``parse_duration`` reads back as ``seconds`` (whole milliseconds)."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from sluice.algorithms import ALGORITHMS, Limit
 from sluice.algorithms.calendar import calendar_for
-from sluice.model import DomainPolicy, LimitOverride, Pin, RateLimit, Rule
+from sluice.model import Concurrency, DomainPolicy, LimitOverride, Pin, RateLimit, Rule
 from sluice.policies.glob import Glob
 from sluice.records import record
 
@@ -33,8 +33,9 @@ _PIN_KIND = {"overrides": OVERRIDE, "blocks": BLOCK, "allows": ALLOW}
 class Match:
     """What applies to one request descriptor: the counter it uses and the compiled limits.
 
-    ``limits`` is empty when the rule is ``unlimited``. ``name`` is the rule's limit name, the
-    one other rules' ``replaces`` refer to.
+    ``limits`` is empty when the rule is ``unlimited`` or a ``concurrency`` limit (leases
+    held at once, counted by sluice/leases rather than the backend). ``name`` is the rule's
+    limit name, the one other rules' ``replaces`` refer to.
     """
 
     # The rule's place in its domain, e.g. "messaging.message_type_marketing.to_number".
@@ -49,6 +50,7 @@ class Match:
     replaces: tuple[str, ...] = ()
     # envoyproxy/ratelimit's quota_mode: refused alone, it reports OK (see the limiter).
     quota_mode: bool = False
+    concurrency: Concurrency | None = None
 
 
 @record
@@ -246,9 +248,10 @@ def _match(rule: Rule, rule_id: str) -> Match:
         tuple(compile_limit(x) for x in rule.limits),
         unlimited=rule.unlimited,
         shadow_mode=rule.shadow_mode,
-        name=rule.limits[0].name if rule.limits else "",
+        name=rule.limits[0].name if rule.limits else rule.name if rule.concurrency else "",
         replaces=rule.replaces,
         quota_mode=rule.quota_mode,
+        concurrency=rule.concurrency,
     )
 
 
@@ -262,6 +265,7 @@ def _with_counter_key(match: Match, counter_key: tuple[str, ...]) -> Match:
         match.name,
         match.replaces,
         match.quota_mode,
+        match.concurrency,
     )
 
 
@@ -273,6 +277,11 @@ def _dump_rules(parent: str, rules: Iterable[Rule]) -> Iterable[str]:
             flags += " quota_mode=true"
         if rule.unlimited:
             yield f"{key}: unlimited {flags}"
+        if rule.concurrency is not None:
+            yield (
+                f"{key}: concurrency={rule.concurrency.max_leases} "
+                f"lease_ttl={rule.concurrency.lease_ttl_s:g}s {flags}"
+            )
         for limit in rule.limits:
             burst = f" burst={limit.burst}" if limit.burst is not None else ""
             yield (

@@ -27,8 +27,26 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.algorithms.calendar import CALENDAR_UNITS, known_zone
 from sluice.errors import ConfigError
-from sluice.model import LIMIT_OVERRIDES, PIN_KINDS, DomainPolicy, Pin, RateLimit, Reset, Rule, Unit
-from sluice.policies.descriptor_text import format_entries, format_time, parse_entries, parse_time
+from sluice.model import (
+    DEFAULT_LEASE_TTL_S,
+    LIMIT_OVERRIDES,
+    PIN_KINDS,
+    Concurrency,
+    DomainPolicy,
+    Pin,
+    RateLimit,
+    Reset,
+    Rule,
+    Unit,
+)
+from sluice.policies.descriptor_text import (
+    format_duration,
+    format_entries,
+    format_time,
+    parse_duration,
+    parse_entries,
+    parse_time,
+)
 from sluice.policies.glob import MAX_WILDCARDS
 from sluice.policies.snapshot import Snapshot
 
@@ -79,7 +97,14 @@ _LIMIT_KEYS = (
     "limits",
     "calendar",
     "timezone",
+    "concurrency",
+    "lease_ttl",
 )
+# What a concurrency limit (leases held at once) cannot be combined with: they describe a rate.
+_RATE_KEYS = ("unit", "requests_per_unit", "algorithm", "burst", "limits", "calendar", "timezone")
+# A lease lasts at least a millisecond and at most a day: a slot a dead client held is lost
+# for up to lease_ttl, so a longer one would be an outage, not a limit.
+_MAX_LEASE_TTL_S = 86400.0
 _DEFAULT_TIMEZONE = "UTC"
 _ONE_LIMIT_KEYS = ("unit", "requests_per_unit", "algorithm", "burst")
 _REPLACES_KEYS = ("name",)
@@ -542,8 +567,13 @@ class _Loader:
         limits: tuple[RateLimit, ...] = ()
         replaces: tuple[str, ...] = ()
         unlimited, name = False, ""
+        concurrency: Concurrency | None = None
         if "rate_limit" in fields:
-            limits, unlimited, name, replaces = self.rate_limit(fields["rate_limit"])
+            block = fields["rate_limit"]
+            if isinstance(block, MappingNode) and _has_key(block, "concurrency"):
+                concurrency, name, replaces = self.concurrency(block)
+            else:
+                limits, unlimited, name, replaces = self.rate_limit(block)
         if value is not None and value.count("*") > MAX_WILDCARDS:
             self.error(
                 fields["value"],
@@ -570,6 +600,7 @@ class _Loader:
             quota_mode=self.boolean(fields.get("quota_mode"), "quota_mode"),
             value_to_metric=self.boolean(fields.get("value_to_metric"), "value_to_metric"),
             metadata=self.metadata(fields.get("metadata")),
+            concurrency=concurrency,
             line=self.line(node),
         )
 
@@ -622,9 +653,16 @@ class _Loader:
             for extra in ("algorithm", "burst", "limits", "calendar", "timezone"):
                 if extra in fields:
                     self.error(fields[extra], f"'{extra}' has no meaning when unlimited")
+            if "lease_ttl" in fields:
+                self.error(fields["lease_ttl"], "'lease_ttl' has no meaning when unlimited")
             # An unlimited rule counts nothing, so its requests_per_unit is checked, then dropped.
             self.requests_per_unit(fields.get("requests_per_unit"), required=False)
             return (), True, name, replaces
+        if "lease_ttl" in fields:
+            self.error(
+                fields["lease_ttl"],
+                "'lease_ttl' applies only with 'concurrency' (how long a lease lasts unrenewed)",
+            )
         zone = self.calendar(fields)
         if "limits" not in fields:
             limit = self.one_limit(node, fields, name, upstream=True)
@@ -640,6 +678,47 @@ class _Loader:
         if zone is not None:
             limits = tuple(self.on_calendar(limit, zone, fields["calendar"]) for limit in limits)
         return limits, False, name, replaces
+
+    def concurrency(self, node: Node) -> tuple[Concurrency | None, str, tuple[str, ...]]:
+        """(concurrency, name, replaces) of a ``rate_limit`` block with ``concurrency``."""
+        fields = self.mapping(node, _LIMIT_KEYS, "rate_limit")
+        if fields is None:
+            return None, "", ()
+        name = self.string(fields.get("name"), "name") or ""
+        replaces = self.replaces(fields.get("replaces"), name)
+        for extra in (*_RATE_KEYS, "unlimited"):
+            if extra in fields:
+                self.error(
+                    fields[extra],
+                    f"'{extra}' cannot be combined with 'concurrency' (a concurrency limit "
+                    "counts leases held at once, not requests per unit of time)",
+                )
+        value = _scalar(fields["concurrency"])
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(fields["concurrency"], "'concurrency' must be a whole number")
+            return None, name, replaces
+        if not 0 <= value <= _MAX_REQUESTS_PER_UNIT:
+            self.error(
+                fields["concurrency"],
+                f"'concurrency' must be between 0 and {_MAX_REQUESTS_PER_UNIT}",
+            )
+            return None, name, replaces
+        ttl = self.lease_ttl(fields.get("lease_ttl"))
+        return Concurrency(value, ttl if ttl is not None else DEFAULT_LEASE_TTL_S), name, replaces
+
+    def lease_ttl(self, node: Node | None) -> float | None:
+        if node is None or _is_null(node):
+            return None
+        shown = str(node.value) if isinstance(node, ScalarNode) else f"a {_kind(node)}"
+        try:
+            ttl = parse_duration(node.value if isinstance(node, ScalarNode) else None, "")
+        except ValueError:
+            self.error(node, f"'lease_ttl' must be a duration such as 30s or 500ms, not {shown}")
+            return None
+        if not 0.001 <= ttl <= _MAX_LEASE_TTL_S:
+            self.error(node, f"'lease_ttl' must be from 1ms to 1d, not {shown}")
+            return None
+        return ttl
 
     def calendar(self, fields: dict[str, Node]) -> str | None:
         """The zone of a block's calendar windows, or None for epoch-aligned windows."""
@@ -790,6 +869,10 @@ class _Loader:
             else:
                 names.append(name)
         return tuple(names)
+
+
+def _has_key(node: MappingNode, key: str) -> bool:
+    return any(isinstance(k, ScalarNode) and k.value == key for k, _ in node.value)
 
 
 def _is_null(node: Node) -> bool:
@@ -943,6 +1026,10 @@ def rule_document(rule: Rule) -> dict[str, Any]:
             block["replaces"] = [{"name": name} for name in rule.replaces]
         if rule.unlimited:
             block["unlimited"] = True
+        elif rule.concurrency is not None:
+            block["concurrency"] = rule.concurrency.max_leases
+            if rule.concurrency.lease_ttl_s != DEFAULT_LEASE_TTL_S:
+                block["lease_ttl"] = format_duration(rule.concurrency.lease_ttl_s)
         elif len(rule.limits) == 1:
             block.update(_limit_document(rule.limits[0]))
         else:

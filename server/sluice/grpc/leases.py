@@ -1,0 +1,144 @@
+"""sluice.lease.v1.LeaseService (Acquire, Renew, Release) on both gRPC transports: protobuf
+in, ``sluice.leases.LeaseService`` call, protobuf out; nothing else happens here.
+
+Refusals are ``GrpcError``s with the status ``sluice.errors.status_of`` gives (a bad field:
+INVALID_ARGUMENT naming it; an unknown domain or a descriptor no concurrency rule matches:
+NOT_FOUND; Redis unreachable: UNAVAILABLE). The ASGI edge answers them as they are;
+``add_lease_service`` wraps each method for grpc.aio, which aborts the call with them.
+Bytes that are not the request message are refused by name, never left to the transport.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+
+from sluice._proto.sluice.lease.v1 import lease_pb2
+from sluice.edge import GrpcApp
+from sluice.edge.asgi import UNARY_UNARY
+from sluice.edge.status import GrpcError, Status
+from sluice.errors import InvalidRequestError, SluiceError, status_of
+from sluice.grpc.core import UndecodableRequest
+from sluice.leases.service import Entries, LeaseService
+
+__all__ = ["LEASE_SERVICE_NAME", "LeaseCore", "add_lease_service", "add_lease_methods"]
+
+log = logging.getLogger("sluice.grpc.leases")
+
+LEASE_SERVICE_NAME = lease_pb2.DESCRIPTOR.services_by_name["LeaseService"].full_name
+_MAX_UINT32 = 2**32 - 1
+
+
+def _decoder(cls: type[Message]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return UndecodableRequest(
+                f"request: not a {cls.__name__} in protobuf's wire format: {exc}"
+            )
+
+    return decode
+
+
+def _entries(request: Any) -> Entries:
+    return tuple((entry.key, entry.value) for entry in request.entries)
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds, rounded up (a client told to wait is never early), as a uint32."""
+    return min(_MAX_UINT32, math.ceil(seconds * 1000))
+
+
+class LeaseCore:
+    def __init__(self, service: LeaseService) -> None:
+        self.service = service
+
+    async def acquire(self, request: Any, context: object = None) -> lease_pb2.AcquireResponse:
+        grant = await _answer(
+            request,
+            lambda r: self.service.acquire(r.domain, _entries(r), ttl_s=r.ttl_ms / 1000),
+        )
+        return lease_pb2.AcquireResponse(
+            granted=grant.granted,
+            lease_id=grant.lease_id,
+            ttl_ms=_ms(grant.ttl_s),
+            max_leases=grant.max_leases,
+            in_flight=grant.in_flight,
+            retry_after_ms=_ms(grant.retry_after_s),
+        )
+
+    async def renew(self, request: Any, context: object = None) -> lease_pb2.RenewResponse:
+        renewal = await _answer(
+            request,
+            lambda r: self.service.renew(r.domain, _entries(r), r.lease_id, ttl_s=r.ttl_ms / 1000),
+        )
+        return lease_pb2.RenewResponse(renewed=renewal.renewed, ttl_ms=_ms(renewal.ttl_s))
+
+    async def release(self, request: Any, context: object = None) -> lease_pb2.ReleaseResponse:
+        released = await _answer(
+            request, lambda r: self.service.release(r.domain, _entries(r), r.lease_id)
+        )
+        return lease_pb2.ReleaseResponse(released=released)
+
+    def methods(self) -> dict[str, tuple[Callable[..., Awaitable[Any]], Callable[[bytes], Any]]]:
+        """Each method's name, handler and request decoder."""
+        return {
+            "Acquire": (self.acquire, _decoder(lease_pb2.AcquireRequest)),
+            "Renew": (self.renew, _decoder(lease_pb2.RenewRequest)),
+            "Release": (self.release, _decoder(lease_pb2.ReleaseRequest)),
+        }
+
+
+async def _answer(request: Any, call: Callable[[Any], Awaitable[Any]]) -> Any:
+    try:
+        if isinstance(request, UndecodableRequest):
+            raise InvalidRequestError(request.reason)
+        return await call(request)
+    except SluiceError as exc:
+        status = status_of(exc)
+        if status is None:
+            log.exception("LeaseService failed")
+            raise GrpcError(Status.INTERNAL, "internal error") from None
+        raise GrpcError(Status[status.grpc], str(exc)) from None
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def add_lease_methods(app: GrpcApp, core: LeaseCore) -> None:
+    """The LeaseService on the ASGI edge (the default transport, inside Envoy)."""
+    for name, (handler, decode) in core.methods().items():
+        app.add_method(f"/{LEASE_SERVICE_NAME}/{name}", UNARY_UNARY, handler, decode, _serialize)
+
+
+def add_lease_service(server: grpc.aio.Server, core: LeaseCore) -> None:
+    """The LeaseService on grpc.aio (``--transport grpcio``)."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            _aborting(handler), request_deserializer=decode, response_serializer=_serialize
+        )
+        for name, (handler, decode) in core.methods().items()
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(LEASE_SERVICE_NAME, handlers),)
+    )
+
+
+def _aborting(
+    handler: Callable[..., Awaitable[Any]],
+) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
+    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await handler(request)
+        except GrpcError as refusal:
+            await context.abort(grpc.StatusCode[refusal.status.name], refusal.message)
+            raise  # not reached: abort raises
+
+    return call

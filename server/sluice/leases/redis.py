@@ -1,0 +1,86 @@
+"""Lease tables in Redis: exact across every instance sharing it, standalone, Sentinel or
+Cluster.
+
+One sorted set per descriptor (lease id -> expires_at), changed only by the scripts in
+``lua/`` (prelude plus one operation each, atomic), which drop expired leases first, so
+expiry needs no sweeper. The key is ``PREFIX{TAG}:lease``: the counter's hash tag
+(``backends/redis/keys.py``), so a descriptor's table sits in its counter's Cluster slot and
+each script call touches one key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import RedisClusterException, RedisError
+
+from sluice.backends.redis.keys import KeyNamer
+from sluice.errors import BackendUnavailableError
+from sluice.leases.store import CounterKey
+from sluice.leases.table import Acquired, InFlight
+
+__all__ = ["RedisLeaseStore", "script_source"]
+
+_LUA_DIR = Path(__file__).with_name("lua")
+_ERRORS = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
+
+
+def script_source(operation: str) -> str:
+    """One operation's script: the prelude, then its own file."""
+    return "\n".join(
+        (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8") for name in ("prelude", operation)
+    )
+
+
+class RedisLeaseStore:
+    def __init__(self, client: Any, *, key_prefix: str = "sluice:", server_time: bool = True):
+        """``client``: a ``redis.asyncio`` Redis or RedisCluster. ``server_time``: decide
+        expiry on Redis's clock (what instances sharing it agree on) rather than the
+        caller's ``now`` (tests step an injected one)."""
+        self._client = client
+        self._names = KeyNamer(key_prefix)
+        self._server_time = server_time
+        self._acquire = client.register_script(script_source("acquire"))
+        self._renew = client.register_script(script_source("renew"))
+        self._release = client.register_script(script_source("release"))
+        self._in_flight = client.register_script(script_source("in_flight"))
+
+    def key(self, counter_key: CounterKey) -> str:
+        return f"{self._names.base(counter_key)}lease"
+
+    def _now(self, now: float) -> str:
+        return "" if self._server_time else repr(float(now))
+
+    async def _call(self, script: Any, key: CounterKey, *args: str) -> Any:
+        try:
+            return await script(keys=[self.key(key)], args=list(args))
+        except _ERRORS as exc:
+            raise BackendUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    async def acquire(
+        self, key: CounterKey, lease_id: str, *, max_leases: int, ttl_s: float, now: float
+    ) -> Acquired:
+        reply = await self._call(
+            self._acquire, key, self._now(now), lease_id, str(max_leases), repr(float(ttl_s))
+        )
+        return Acquired(bool(reply[0]), int(reply[1]), float(reply[2]))
+
+    async def renew(self, key: CounterKey, lease_id: str, *, ttl_s: float, now: float) -> bool:
+        reply = await self._call(self._renew, key, self._now(now), lease_id, repr(float(ttl_s)))
+        return bool(reply)
+
+    async def release(self, key: CounterKey, lease_id: str, *, now: float) -> bool:
+        return bool(await self._call(self._release, key, self._now(now), lease_id))
+
+    async def in_flight(self, keys: Sequence[CounterKey], *, now: float) -> list[InFlight]:
+        # One call per key: on Cluster each descriptor's table may sit on another master.
+        replies = await asyncio.gather(
+            *(self._call(self._in_flight, key, self._now(now)) for key in keys)
+        )
+        return [InFlight(int(reply[0]), float(reply[1])) for reply in replies]
+
+    async def close(self) -> None:
+        await self._client.aclose()
