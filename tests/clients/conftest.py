@@ -44,6 +44,8 @@ descriptors:
     rate_limit: {{unit: second, requests_per_unit: 0}}
   - key: client
     rate_limit: {{name: per-client, unit: hour, requests_per_unit: 2}}
+  - key: job
+    rate_limit: {{name: jobs, concurrency: 2, lease_ttl: 3s}}
   - key: grpc_method
     descriptors:
       - key: tenant

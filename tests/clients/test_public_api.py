@@ -20,12 +20,14 @@ from sluice_client import (
 PUBLIC = {
     "sluice_client": [
         "AsyncClient",
+        "AsyncLease",
         "Client",
         "Decision",
         "Descriptor",
         "DescriptorDecision",
         "DescriptorLike",
         "InvalidRequest",
+        "Lease",
         "Limit",
         "OnUnavailable",
         "RateLimited",
@@ -33,6 +35,7 @@ PUBLIC = {
         "SluiceUnavailable",
         "rate_limit_headers",
     ],
+    "sluice_client.lease": ["AsyncLease", "Lease"],
     "sluice_client.client": ["Client"],
     "sluice_client.aio": ["AsyncClient"],
     "sluice_client.errors": ["InvalidRequest", "RateLimited", "SluiceError", "SluiceUnavailable"],
@@ -95,8 +98,9 @@ def test_everything_but_the_obvious_is_keyword_only(cls: type) -> None:
     assert positional(cls.__init__) == ["self", "target"]
     assert positional(cls.check) == ["self", "domain", "descriptors"]
     assert positional(cls.acquire) == ["self", "domain", "descriptors"]
+    assert positional(cls.lease) == ["self", "domain", "entries"]
     # The two clients take the same arguments.
-    for name in ("__init__", "check", "acquire"):
+    for name in ("__init__", "check", "acquire", "lease"):
         sync_params = inspect.signature(getattr(Client, name)).parameters
         async_params = inspect.signature(getattr(AsyncClient, name)).parameters
         assert list(sync_params) == list(async_params)

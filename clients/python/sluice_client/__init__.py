@@ -1,8 +1,9 @@
 """Python client for Sluice, the rate-limit service speaking Envoy's RLS v3 API.
 
 ``Client`` (blocking) and ``AsyncClient`` (asyncio) ask ``check()`` once or ``acquire()``
-(wait until admitted, up to a bound). Integrations: ``sluice_client.asgi`` (middleware) and
-``sluice_client.grpc_interceptor`` (grpc.aio servers). Exceptions: see ``sluice_client.errors``.
+(wait until admitted, up to a bound), or take a concurrency ``lease()`` (renewed while
+held). Integrations: ``sluice_client.asgi`` (middleware) and ``sluice_client.grpc_interceptor``
+(grpc.aio servers). Exceptions: see ``sluice_client.errors``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from sluice_client.aio import AsyncClient
 from sluice_client.client import Client
 from sluice_client.errors import InvalidRequest, RateLimited, SluiceError, SluiceUnavailable
 from sluice_client.headers import rate_limit_headers
+from sluice_client.lease import AsyncLease, Lease
 from sluice_client.types import (
     Decision,
     Descriptor,
@@ -22,12 +24,14 @@ from sluice_client.types import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncLease",
     "Client",
     "Decision",
     "Descriptor",
     "DescriptorDecision",
     "DescriptorLike",
     "InvalidRequest",
+    "Lease",
     "Limit",
     "OnUnavailable",
     "RateLimited",

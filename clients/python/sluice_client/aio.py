@@ -12,10 +12,12 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from sluice_client import _wire
+from sluice_client import _lease, _wire
 from sluice_client._acquire import next_step
 from sluice_client._channel import ChannelConfig, PemSource, channel_config
 from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice_client._proto.sluice.lease.v1 import lease_pb2_grpc
+from sluice_client.lease import AsyncLease
 from sluice_client.types import Decision, DescriptorLike, OnUnavailable
 
 __all__ = ["AsyncClient"]
@@ -57,6 +59,7 @@ class AsyncClient:
         )
         self._channel: grpc.aio.Channel | None = None
         self._stub: rls_pb2_grpc.RateLimitServiceStub | None = None
+        self._lease_stub: lease_pb2_grpc.LeaseServiceStub | None = None
 
     def _get_stub(self) -> rls_pb2_grpc.RateLimitServiceStub:
         if self._stub is None:
@@ -68,7 +71,13 @@ class AsyncClient:
                     config.target, config.credentials, options=config.options
                 )
             self._stub = rls_pb2_grpc.RateLimitServiceStub(self._channel)
+            self._lease_stub = lease_pb2_grpc.LeaseServiceStub(self._channel)
         return self._stub
+
+    def _get_lease_stub(self) -> lease_pb2_grpc.LeaseServiceStub:
+        self._get_stub()
+        assert self._lease_stub is not None
+        return self._lease_stub
 
     async def check(
         self,
@@ -118,6 +127,26 @@ class AsyncClient:
             if step.done:
                 return decision
 
+    def lease(
+        self,
+        domain: str,
+        entries: _lease.Entries,
+        *,
+        ttl_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncLease:
+        """As ``Client.lease``: ``lease = await client.lease(...)``, or ``async with
+        client.lease(...) as lease:``; renewed by a task on the running event loop."""
+        target = _lease.build_target(domain, entries, ttl_s)
+        timeout = self._timeout_s if timeout_s is None else _wire.check_timeout(timeout_s)
+        return AsyncLease(
+            self._get_lease_stub,
+            target,
+            timeout_s=timeout,
+            on_unavailable=self._on_unavailable,
+            metadata=self._metadata,
+        )
+
     def _failed(self, error: grpc.RpcError, request: rls_pb2.RateLimitRequest) -> Decision:
         return _wire.decision_from_error(
             error, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
@@ -126,7 +155,7 @@ class AsyncClient:
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close(grace=None)
-        self._channel = self._stub = None
+        self._channel = self._stub = self._lease_stub = None
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -10,10 +10,12 @@ from typing import Any
 
 import grpc
 
-from sluice_client import _wire
+from sluice_client import _lease, _wire
 from sluice_client._acquire import next_step
 from sluice_client._channel import PemSource, channel_config
 from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice_client._proto.sluice.lease.v1 import lease_pb2_grpc
+from sluice_client.lease import Lease
 from sluice_client.types import Decision, DescriptorLike, OnUnavailable
 
 __all__ = ["Client"]
@@ -63,6 +65,7 @@ class Client:
                 config.target, config.credentials, options=config.options
             )
         self._stub = rls_pb2_grpc.RateLimitServiceStub(self._channel)
+        self._lease_stub = lease_pb2_grpc.LeaseServiceStub(self._channel)
 
     def check(
         self,
@@ -114,6 +117,30 @@ class Client:
                 sleep(step.wait_s)
             if step.done:
                 return decision
+
+    def lease(
+        self,
+        domain: str,
+        entries: _lease.Entries,
+        *,
+        ttl_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> Lease:
+        """Take a concurrency lease for one descriptor (``entries``: a mapping or (key,
+        value) pairs) of a ``concurrency`` rule; ``lease.granted`` says whether Sluice gave
+        it. A granted lease is renewed in the background until ``lease.release()`` (or the
+        end of ``with client.lease(...) as lease:``). ``ttl_s``: how long it outlives a
+        client that dies holding it; None for the rule's ``lease_ttl``, else at most that.
+        A domain or descriptor with no concurrency rule raises InvalidRequest."""
+        target = _lease.build_target(domain, entries, ttl_s)
+        timeout = self._timeout_s if timeout_s is None else _wire.check_timeout(timeout_s)
+        return Lease(
+            self._lease_stub,
+            target,
+            timeout_s=timeout,
+            on_unavailable=self._on_unavailable,
+            metadata=self._metadata,
+        )
 
     def _failed(self, error: grpc.RpcError, request: rls_pb2.RateLimitRequest) -> Decision:
         return _wire.decision_from_error(

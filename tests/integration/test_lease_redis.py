@@ -1,0 +1,116 @@
+"""RedisLeaseStore against real standalone, Sentinel and Cluster deployments: the same
+answers as the pure lease table for random operation sequences, keys that expire with their
+last lease, and Redis's own clock by default."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import pytest
+
+from sluice.backends.redis.connect import connect
+from sluice.leases import MemoryLeaseStore
+from sluice.leases.redis import RedisLeaseStore
+from tests.integration.redis_support import data_nodes, scan_keys
+
+
+@pytest.fixture(params=["standalone", "sentinel", "cluster"])
+def url(request: pytest.FixtureRequest) -> str:
+    fixture = {"standalone": "redis_server", "sentinel": "redis_sentinel"}
+    return request.getfixturevalue(fixture.get(request.param, "redis_cluster"))
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"l{uuid.uuid4().hex[:8]}:"
+
+
+def store(url: str, prefix: str, *, server_time: bool = False) -> RedisLeaseStore:
+    return RedisLeaseStore(connect(url, timeout_s=2), key_prefix=prefix, server_time=server_time)
+
+
+def test_answers_match_the_lease_table(url: str, prefix: str) -> None:
+    async def scenario() -> None:
+        redis_store, memory = store(url, prefix), MemoryLeaseStore()
+        rng = random.Random(11)
+        keys = [("jobs", "tenant", name) for name in ("a", "b", "{c}:d", "é")]
+        ids: list[str] = []
+        now = 1_700_000_000.0
+        try:
+            for step in range(400):
+                now += rng.choice((0.0, 0.25, 0.5, 1.0, 3.0))
+                key = rng.choice(keys)
+                op = rng.choice(("acquire", "acquire", "renew", "release", "in_flight"))
+                if op == "acquire":
+                    lease_id = f"id{step}"
+                    ids.append(lease_id)
+                    kwargs = {"max_leases": rng.randint(0, 3), "ttl_s": rng.choice((1, 2.5, 5))}
+                    got = await redis_store.acquire(key, lease_id, now=now, **kwargs)
+                    want = await memory.acquire(key, lease_id, now=now, **kwargs)
+                elif op == "renew" and ids:
+                    lease_id, ttl = rng.choice(ids), rng.choice((1.0, 4.0))
+                    got = await redis_store.renew(key, lease_id, ttl_s=ttl, now=now)
+                    want = await memory.renew(key, lease_id, ttl_s=ttl, now=now)
+                elif op == "release" and ids:
+                    lease_id = rng.choice(ids)
+                    got = await redis_store.release(key, lease_id, now=now)
+                    want = await memory.release(key, lease_id, now=now)
+                else:
+                    got = await redis_store.in_flight(keys, now=now)
+                    want = await memory.in_flight(keys, now=now)
+                assert got == want, (step, op, key)
+        finally:
+            await redis_store.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_key_lives_as_long_as_its_last_lease(url: str, prefix: str) -> None:
+    async def scenario() -> None:
+        leases = store(url, prefix, server_time=True)
+        key = ("jobs", "tenant", "acme")
+        try:
+            await leases.acquire(key, "short", max_leases=5, ttl_s=2, now=0)
+            await leases.acquire(key, "long", max_leases=5, ttl_s=60, now=0)
+            [(node, name)] = scan_keys(data_nodes(url), f"{prefix}*")
+            assert name == leases.key(key).encode()
+            # The last lease's 60 s plus a second of slack, on Redis's clock.
+            assert 60_000 < node.pttl(name) <= 61_000
+            assert await leases.release(key, "long", now=0)
+            assert await leases.release(key, "short", now=0)
+            assert scan_keys(data_nodes(url), f"{prefix}*") == []  # gone with its last lease
+        finally:
+            await leases.close()
+
+    asyncio.run(scenario())
+
+
+def test_server_time_ignores_the_callers_clock(url: str, prefix: str) -> None:
+    async def scenario() -> None:
+        leases = store(url, prefix, server_time=True)
+        key = ("jobs", "tenant", "acme")
+        try:
+            assert (await leases.acquire(key, "a", max_leases=1, ttl_s=30, now=0)).granted
+            # A caller whose clock is far ahead cannot expire a lease Redis still holds.
+            refused = await leases.acquire(key, "b", max_leases=1, ttl_s=30, now=1e12)
+            assert not refused.granted and 29 < refused.retry_after_s <= 30
+        finally:
+            await leases.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_unreachable_redis_is_backend_unavailable(prefix: str) -> None:
+    from sluice.errors import BackendUnavailableError
+
+    async def scenario() -> None:
+        leases = RedisLeaseStore(connect("redis://127.0.0.1:1", timeout_s=0.2), key_prefix=prefix)
+        try:
+            with pytest.raises(BackendUnavailableError, match="^Redis: "):
+                await leases.acquire(("d", "k", "v"), "a", max_leases=1, ttl_s=1, now=0)
+        finally:
+            await leases.close()
+
+    asyncio.run(scenario())
