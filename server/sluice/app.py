@@ -76,7 +76,11 @@ def make_lease_store(settings: Settings) -> LeaseStore:
     """Where concurrency leases are held: with the algorithm state (its own Redis client)."""
     if settings.backend != "redis":
         return MemoryLeaseStore()
-    return RedisLeaseStore(_redis_client(settings), key_prefix=settings.redis_key_prefix)
+    return RedisLeaseStore(
+        _redis_client(settings),
+        key_prefix=settings.redis_key_prefix,
+        max_concurrent_calls=settings.redis_pool_size,
+    )
 
 
 def _redis_client(settings: Settings) -> Redis | RedisCluster:

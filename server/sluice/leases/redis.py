@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from sluice.backends.redis.keys import KeyNamer
@@ -36,11 +37,23 @@ def script_source(operation: str) -> str:
 
 
 class RedisLeaseStore:
-    def __init__(self, client: Any, *, key_prefix: str = "sluice:", server_time: bool = True):
+    def __init__(
+        self,
+        client: Any,
+        *,
+        key_prefix: str = "sluice:",
+        server_time: bool = True,
+        max_concurrent_calls: int = 16,
+    ) -> None:
         """``client``: a ``redis.asyncio`` Redis or RedisCluster. ``server_time``: decide
         expiry on Redis's clock (what instances sharing it agree on) rather than the
-        caller's ``now`` (tests step an injected one)."""
+        caller's ``now`` (tests step an injected one). ``max_concurrent_calls``: what the
+        client's pool holds (a Cluster client refuses a call past its per-node pool, where
+        waiting for a connection is what is wanted)."""
         self._client = client
+        self._calls = asyncio.Semaphore(max_concurrent_calls)
+        self._cluster = isinstance(client, RedisCluster)
+        self._learning = asyncio.Lock()
         self._names = KeyNamer(key_prefix)
         self._server_time = server_time
         self._acquire = client.register_script(script_source("acquire"))
@@ -56,7 +69,14 @@ class RedisLeaseStore:
 
     async def _call(self, script: Any, key: CounterKey, *args: str) -> Any:
         try:
-            return await script(keys=[self.key(key)], args=list(args))
+            if self._cluster:
+                # redis-py's cluster client learns the topology lazily, and calls that start
+                # while it does close connections under each other (see RedisBackend's
+                # _send_cluster): learn it alone first (a no-op once known).
+                async with self._learning:
+                    await self._client.initialize()
+            async with self._calls:
+                return await script(keys=[self.key(key)], args=list(args))
         except _ERRORS as exc:
             raise BackendUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
