@@ -7,6 +7,7 @@ import pytest
 from sluice.errors import ConfigError
 from sluice.model import DEFAULT_LEASE_TTL_S, Concurrency
 from sluice.policies.descriptor_text import format_duration, parse_duration
+from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import dump_policy, load_text
 
 
@@ -121,3 +122,10 @@ def test_parse_duration_names_the_field(text: str) -> None:
 @pytest.mark.parametrize("seconds", [0.001, 0.25, 1.0, 30.0, 86400.0, 1.5])
 def test_format_duration_reads_back(seconds: float) -> None:
     assert parse_duration(format_duration(seconds), "x") == seconds
+
+
+def test_rlconfig_lists_a_concurrency_rule() -> None:
+    [policy] = load_text(rule_block("{concurrency: 3, lease_ttl: 500ms}"), "p.yaml")
+    assert (
+        "jobs.tenant: concurrency=3 lease_ttl=0.5s shadow_mode=false" in Snapshot([policy]).dump()
+    )

@@ -1,0 +1,87 @@
+"""LeaseCore: protobuf in, LeaseService call, protobuf out; refusals as gRPC statuses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sluice._proto.sluice.lease.v1 import lease_pb2
+from sluice.clock import ManualClock
+from sluice.edge.status import GrpcError, Status
+from sluice.grpc.leases import LEASE_SERVICE_NAME, LeaseCore
+from sluice.leases import LeaseService, MemoryLeaseStore
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.yaml_format import load_text
+
+POLICY = """\
+domain: jobs
+descriptors:
+  - key: tenant
+    rate_limit: {concurrency: 1, lease_ttl: 1500ms}
+"""
+ENTRIES = [lease_pb2.Entry(key="tenant", value="acme")]
+
+
+def core(clock: ManualClock) -> LeaseCore:
+    snapshot = Snapshot(load_text(POLICY, "p.yaml"))
+    return LeaseCore(LeaseService(lambda: snapshot, MemoryLeaseStore(), clock))
+
+
+def test_the_service_name_is_the_protos() -> None:
+    assert LEASE_SERVICE_NAME == "sluice.lease.v1.LeaseService"
+    assert set(core(ManualClock()).methods()) == {"Acquire", "Renew", "Release"}
+
+
+def test_milliseconds_on_the_wire_rounded_up() -> None:
+    clock = ManualClock(100)
+    leases = core(clock)
+    decode = leases.methods()["Acquire"][1]
+    request = decode(lease_pb2.AcquireRequest(domain="jobs", entries=ENTRIES).SerializeToString())
+    granted = asyncio.run(leases.acquire(request))
+    assert (granted.granted, granted.ttl_ms, granted.max_leases, granted.in_flight) == (
+        True,
+        1500,
+        1,
+        1,
+    )
+    clock.advance(0.0004)
+    refused = asyncio.run(leases.acquire(request))
+    # 1.4996 s until the held lease expires: told 1500 ms, never less than the wait.
+    assert (refused.granted, refused.lease_id, refused.retry_after_ms) == (False, "", 1500)
+    renew = lease_pb2.RenewRequest(domain="jobs", entries=ENTRIES, lease_id=granted.lease_id)
+    assert asyncio.run(leases.renew(renew)) == lease_pb2.RenewResponse(renewed=True, ttl_ms=1500)
+    release = lease_pb2.ReleaseRequest(domain="jobs", entries=ENTRIES, lease_id=granted.lease_id)
+    assert asyncio.run(leases.release(release)).released
+    assert not asyncio.run(leases.release(release)).released
+
+
+@pytest.mark.parametrize(
+    ("method", "request_", "status", "message"),
+    [
+        ("Acquire", b"\xff", Status.INVALID_ARGUMENT, "request: not a AcquireRequest in "),
+        (
+            "Renew",
+            lease_pb2.RenewRequest(domain="jobs", entries=ENTRIES),
+            Status.INVALID_ARGUMENT,
+            "lease_id: must not be empty",
+        ),
+        (
+            "Release",
+            lease_pb2.ReleaseRequest(domain="x", entries=ENTRIES, lease_id="a"),
+            Status.NOT_FOUND,
+            "domain: no policy for domain 'x'",
+        ),
+    ],
+)
+def test_refusals_carry_the_status_and_the_field(
+    method: str, request_: Any, status: Status, message: str
+) -> None:
+    leases = core(ManualClock())
+    handler, decode = leases.methods()[method]
+    data = request_ if isinstance(request_, bytes) else request_.SerializeToString()
+    with pytest.raises(GrpcError) as raised:
+        asyncio.run(handler(decode(data)))
+    assert raised.value.status is status
+    assert raised.value.message.startswith(message)
