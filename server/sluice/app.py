@@ -398,7 +398,9 @@ class Sluice:
         if self.reloader is not None:
             await self.reloader.stop()
         if self._grpc is not None:
-            if not await self.rls.drain(self.settings.shutdown_grace_s):
+            grace_s = self.settings.shutdown_grace_s
+            drained = await asyncio.gather(self.rls.drain(grace_s), self.leases.drain(grace_s))
+            if not all(drained):
                 log.warning("shutdown grace period over: calls still in flight are cut off")
             if not exiting:
                 await self._grpc.stop(0)

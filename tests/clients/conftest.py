@@ -50,6 +50,8 @@ descriptors:
     descriptors:
       - key: tenant
         rate_limit: {{name: per-tenant-method, unit: hour, requests_per_unit: 2}}
+blocks:
+  - {{descriptor: job=blocked}}
 """
 
 

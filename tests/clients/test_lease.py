@@ -61,6 +61,12 @@ def test_a_lease_left_unrenewed_expires_on_sluices_clock(
         again.release()
 
 
+def test_a_blocked_descriptor_says_why(stepped_sluice: SteppedSluice) -> None:
+    with Client(stepped_sluice.grpc_target, on_unavailable="raise") as client:
+        lease = client.lease(DOMAIN, {"job": "blocked"})
+        assert (lease.granted, lease.reason, lease.retry_after_s) == (False, "blocked", 0.0)
+
+
 def test_the_context_manager_releases(stepped_sluice: SteppedSluice, unique: str) -> None:
     with Client(stepped_sluice.grpc_target) as client:
         with client.lease(DOMAIN, {"job": unique}) as lease:

@@ -38,6 +38,7 @@ class _State:
     max_leases = 0
     in_flight = 0
     retry_after_s = 0.0
+    reason = ""  # not granted though not full: "blocked" (an operator's block)
     renewals = 0  # successful renewals so far
     _released = False
     _lost = False
@@ -49,6 +50,7 @@ class _State:
         self.max_leases = response.max_leases
         self.in_flight = response.in_flight
         self.retry_after_s = response.retry_after_ms / 1000
+        self.reason = response.reason
 
     @property
     def held(self) -> bool:
@@ -92,7 +94,7 @@ class Lease(_State):
             self._thread.start()
 
     def _renew_until_stopped(self) -> None:
-        interval = _lease.renew_interval_s(self._target.ttl_ms or round(self.ttl_s * 1000))
+        interval = _lease.renew_interval_s(round(self.ttl_s * 1000))
         request = self._target.renew(self.lease_id)
         expires = time.monotonic() + self.ttl_s
         while not self._stop.wait(interval):
@@ -194,7 +196,7 @@ class AsyncLease(_State):
         return self._acquire().__await__()
 
     async def _renew_until_stopped(self) -> None:
-        interval = _lease.renew_interval_s(self._target.ttl_ms or round(self.ttl_s * 1000))
+        interval = _lease.renew_interval_s(round(self.ttl_s * 1000))
         request = self._target.renew(self.lease_id)
         loop = asyncio.get_running_loop()
         expires = loop.time() + self.ttl_s

@@ -6,10 +6,13 @@ INVALID_ARGUMENT naming it; an unknown domain or a descriptor no concurrency rul
 NOT_FOUND; Redis unreachable: UNAVAILABLE). The ASGI edge answers them as they are;
 ``add_lease_service`` wraps each method for grpc.aio, which aborts the call with them.
 Bytes that are not the request message are refused by name, never left to the transport.
+On shutdown, ``drain()`` refuses new calls with UNAVAILABLE (retried elsewhere, as
+ShouldRateLimit's) while the calls in flight finish before the lease store closes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -23,7 +26,7 @@ from sluice.edge import GrpcApp
 from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.core import UndecodableRequest
+from sluice.grpc.core import DRAINING_MESSAGE, UndecodableRequest
 from sluice.leases.service import Entries, LeaseService
 
 __all__ = ["LEASE_SERVICE_NAME", "LeaseCore", "add_lease_service", "add_lease_methods"]
@@ -58,9 +61,43 @@ def _ms(seconds: float) -> int:
 class LeaseCore:
     def __init__(self, service: LeaseService) -> None:
         self.service = service
+        self._in_flight = 0
+        self._draining = False
+        self._idle = asyncio.Event()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new calls from now on; wait up to ``timeout_s`` for the calls in flight.
+        True when none is left."""
+        self._draining = True
+        if self._in_flight == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _answer(self, request: Any, call: Callable[[Any], Awaitable[Any]]) -> Any:
+        if self._draining:
+            raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
+        self._in_flight += 1
+        try:
+            if isinstance(request, UndecodableRequest):
+                raise InvalidRequestError(request.reason)
+            return await call(request)
+        except SluiceError as exc:
+            status = status_of(exc)
+            if status is None:
+                log.exception("LeaseService failed")
+                raise GrpcError(Status.INTERNAL, "internal error") from None
+            raise GrpcError(Status[status.grpc], str(exc)) from None
+        finally:
+            self._in_flight -= 1
+            if self._draining and self._in_flight == 0:
+                self._idle.set()
 
     async def acquire(self, request: Any, context: object = None) -> lease_pb2.AcquireResponse:
-        grant = await _answer(
+        grant = await self._answer(
             request,
             lambda r: self.service.acquire(r.domain, _entries(r), ttl_s=r.ttl_ms / 1000),
         )
@@ -71,17 +108,18 @@ class LeaseCore:
             max_leases=grant.max_leases,
             in_flight=grant.in_flight,
             retry_after_ms=_ms(grant.retry_after_s),
+            reason=grant.reason,
         )
 
     async def renew(self, request: Any, context: object = None) -> lease_pb2.RenewResponse:
-        renewal = await _answer(
+        renewal = await self._answer(
             request,
             lambda r: self.service.renew(r.domain, _entries(r), r.lease_id, ttl_s=r.ttl_ms / 1000),
         )
         return lease_pb2.RenewResponse(renewed=renewal.renewed, ttl_ms=_ms(renewal.ttl_s))
 
     async def release(self, request: Any, context: object = None) -> lease_pb2.ReleaseResponse:
-        released = await _answer(
+        released = await self._answer(
             request, lambda r: self.service.release(r.domain, _entries(r), r.lease_id)
         )
         return lease_pb2.ReleaseResponse(released=released)
@@ -93,19 +131,6 @@ class LeaseCore:
             "Renew": (self.renew, _decoder(lease_pb2.RenewRequest)),
             "Release": (self.release, _decoder(lease_pb2.ReleaseRequest)),
         }
-
-
-async def _answer(request: Any, call: Callable[[Any], Awaitable[Any]]) -> Any:
-    try:
-        if isinstance(request, UndecodableRequest):
-            raise InvalidRequestError(request.reason)
-        return await call(request)
-    except SluiceError as exc:
-        status = status_of(exc)
-        if status is None:
-            log.exception("LeaseService failed")
-            raise GrpcError(Status.INTERNAL, "internal error") from None
-        raise GrpcError(Status[status.grpc], str(exc)) from None
 
 
 def _serialize(message: Message) -> bytes:

@@ -10,6 +10,7 @@ bounds how long a client that dies can hold a slot.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from sluice.leases.store import CounterKey, LeaseStore
 from sluice.leases.table import Acquired
 from sluice.model import Concurrency
 from sluice.policies.descriptor_text import format_duration, format_entries
-from sluice.policies.snapshot import Snapshot
+from sluice.policies.snapshot import BLOCK, Snapshot
 
-__all__ = ["Grant", "LeaseService", "Renewal", "new_lease_id"]
+__all__ = ["BLOCKED_REASON", "Grant", "LeaseService", "Renewal", "new_lease_id"]
+
+# As ShouldRateLimit's reason for a blocked descriptor (sluice.limiter.BLOCKED_REASON).
+BLOCKED_REASON = "blocked"
 
 Entries = tuple[tuple[str, str], ...]
 
@@ -37,7 +41,9 @@ def new_lease_id() -> str:
 class Grant:
     """An acquire's answer. ``lease_id`` is empty when not granted; ``ttl_s`` is how long
     the lease lasts unrenewed; ``retry_after_s``: when refused, until the first held lease
-    expires (0 with none held: a limit of 0 never grants)."""
+    expires (0 with none held: a limit of 0 never grants). ``reason``: ``blocked`` when an
+    operator's block on the descriptor refused it (then ``retry_after_s`` is until the block
+    ends, 0 if it does not, and ``in_flight`` is not read)."""
 
     granted: bool
     lease_id: str
@@ -45,6 +51,7 @@ class Grant:
     max_leases: int
     in_flight: int
     retry_after_s: float = 0.0
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,7 @@ class Renewal:
 class _Target:
     key: CounterKey
     concurrency: Concurrency
+    blocked_until_s: float | None = None  # an operator's block in force (inf: no end)
 
 
 class LeaseService:
@@ -82,10 +90,14 @@ class LeaseService:
         """``ttl_s``: 0 for the rule's ``lease_ttl``, else at most that."""
         target = self._target(domain, entries)
         ttl = _ttl(ttl_s, target.concurrency)
-        lease_id = self._new_id()
         limit = target.concurrency.max_leases
+        now = self._clock.now()
+        if target.blocked_until_s is not None:
+            until = target.blocked_until_s - now if target.blocked_until_s != math.inf else 0.0
+            return Grant(False, "", ttl, limit, 0, until, BLOCKED_REASON)
+        lease_id = self._new_id()
         result: Acquired = await self.store.acquire(
-            target.key, lease_id, max_leases=limit, ttl_s=ttl, now=self._clock.now()
+            target.key, lease_id, max_leases=limit, ttl_s=ttl, now=now
         )
         return Grant(
             result.granted,
@@ -123,6 +135,12 @@ class LeaseService:
                 f"entries: no concurrency rule of domain '{domain}' matches "
                 f"{format_entries(entries)}"
             )
+        # A block refuses new leases at once, as it refuses ShouldRateLimit; renewals and
+        # releases of leases already held go on (they give slots back or keep work going).
+        # Allows and overrides bring no concurrency limit of their own: they do not apply.
+        pin = snapshot.pins(domain).get(entries)
+        if pin is not None and pin.kind == BLOCK and self._clock.now() < pin.expires_at_s:
+            return _Target(match.counter_key, match.concurrency, pin.expires_at_s)
         return _Target(match.counter_key, match.concurrency)
 
 

@@ -85,3 +85,36 @@ def test_refusals_carry_the_status_and_the_field(
         asyncio.run(handler(decode(data)))
     assert raised.value.status is status
     assert raised.value.message.startswith(message)
+
+
+class _Gated(MemoryLeaseStore):
+    """A store whose acquire waits for the test: a call held in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().acquire(*args, **kwargs)
+
+
+def test_drain_refuses_new_calls_and_waits_for_those_in_flight() -> None:
+    async def scenario() -> None:
+        store = _Gated()
+        snapshot = Snapshot(load_text(POLICY, "p.yaml"))
+        leases = LeaseCore(LeaseService(lambda: snapshot, store, ManualClock()))
+        request = lease_pb2.AcquireRequest(domain="jobs", entries=ENTRIES)
+        in_flight = asyncio.ensure_future(leases.acquire(request))
+        await store.entered.wait()
+        assert not await leases.drain(0.01)  # the call in flight is still there
+        with pytest.raises(GrpcError) as raised:
+            await leases.acquire(request)
+        assert raised.value.status is Status.UNAVAILABLE
+        store.gate.set()
+        assert await leases.drain(5)
+        assert (await in_flight).granted  # the call in flight finished normally
+
+    asyncio.run(scenario())

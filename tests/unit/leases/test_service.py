@@ -154,3 +154,23 @@ def test_a_bad_lease_id_is_refused(lease_id: str, message: str) -> None:
         asyncio.run(leases.release("jobs", ACME, lease_id))
     with pytest.raises(InvalidRequestError, match=f"^{message}$"):
         asyncio.run(leases.renew("jobs", ACME, lease_id))
+
+
+def test_a_blocked_descriptor_gets_no_lease_until_the_block_ends() -> None:
+    blocked = POLICY + (
+        "blocks:\n"
+        "  - {descriptor: tenant=evil, expires_at: 2026-01-01T00:01:00Z}\n"
+        "  - {descriptor: tenant=worse}\n"
+    )
+    snapshot = Snapshot(load_text(blocked, "p.yaml"))
+    clock = ManualClock(1767225600.0)  # 2026-01-01T00:00:00Z
+    leases = LeaseService(lambda: snapshot, MemoryLeaseStore(), clock, new_id=lambda: "lease-1")
+
+    async def scenario() -> None:
+        evil, worse = (("tenant", "evil"),), (("tenant", "worse"),)
+        assert await leases.acquire("jobs", evil) == Grant(False, "", 10.0, 2, 0, 60.0, "blocked")
+        assert await leases.acquire("jobs", worse) == Grant(False, "", 10.0, 2, 0, 0.0, "blocked")
+        clock.advance(60)  # the block on evil is over
+        assert await leases.acquire("jobs", evil) == Grant(True, "lease-1", 10.0, 2, 1)
+
+    asyncio.run(scenario())

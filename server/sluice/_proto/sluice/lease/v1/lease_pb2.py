@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsluice/lease/v1/lease.proto\x12\x0fsluice.lease.v1\"#\n\x05\x45ntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"Y\n\x0e\x41\x63quireRequest\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.sluice.lease.v1.Entry\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"\x83\x01\n\x0f\x41\x63quireResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\x12\x12\n\nmax_leases\x18\x04 \x01(\r\x12\x11\n\tin_flight\x18\x05 \x01(\r\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\r\"i\n\x0cRenewRequest\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.sluice.lease.v1.Entry\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\r\"0\n\rRenewResponse\x12\x0f\n\x07renewed\x18\x01 \x01(\x08\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\"[\n\x0eReleaseRequest\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.sluice.lease.v1.Entry\x12\x10\n\x08lease_id\x18\x03 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x32\xf2\x01\n\x0cLeaseService\x12L\n\x07\x41\x63quire\x12\x1f.sluice.lease.v1.AcquireRequest\x1a .sluice.lease.v1.AcquireResponse\x12\x46\n\x05Renew\x12\x1d.sluice.lease.v1.RenewRequest\x1a\x1e.sluice.lease.v1.RenewResponse\x12L\n\x07Release\x12\x1f.sluice.lease.v1.ReleaseRequest\x1a .sluice.lease.v1.ReleaseResponseB+Z)github.com/sluice/sluice/lease/v1;leasev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsluice/lease/v1/lease.proto\x12\x0fsluice.lease.v1\"#\n\x05\x45ntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"Y\n\x0e\x41\x63quireRequest\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.sluice.lease.v1.Entry\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"\x93\x01\n\x0f\x41\x63quireResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\x12\x12\n\nmax_leases\x18\x04 \x01(\r\x12\x11\n\tin_flight\x18\x05 \x01(\r\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\r\x12\x0e\n\x06reason\x18\x07 \x01(\t\"i\n\x0cRenewRequest\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.sluice.lease.v1.Entry\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\r\"0\n\rRenewResponse\x12\x0f\n\x07renewed\x18\x01 \x01(\x08\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\"[\n\x0eReleaseRequest\x12\x0e\n\x06\x64omain\x18\x01 \x01(\t\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.sluice.lease.v1.Entry\x12\x10\n\x08lease_id\x18\x03 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x32\xf2\x01\n\x0cLeaseService\x12L\n\x07\x41\x63quire\x12\x1f.sluice.lease.v1.AcquireRequest\x1a .sluice.lease.v1.AcquireResponse\x12\x46\n\x05Renew\x12\x1d.sluice.lease.v1.RenewRequest\x1a\x1e.sluice.lease.v1.RenewResponse\x12L\n\x07Release\x12\x1f.sluice.lease.v1.ReleaseRequest\x1a .sluice.lease.v1.ReleaseResponseB+Z)github.com/sluice/sluice/lease/v1;leasev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,15 +38,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACQUIREREQUEST']._serialized_start=85
   _globals['_ACQUIREREQUEST']._serialized_end=174
   _globals['_ACQUIRERESPONSE']._serialized_start=177
-  _globals['_ACQUIRERESPONSE']._serialized_end=308
-  _globals['_RENEWREQUEST']._serialized_start=310
-  _globals['_RENEWREQUEST']._serialized_end=415
-  _globals['_RENEWRESPONSE']._serialized_start=417
-  _globals['_RENEWRESPONSE']._serialized_end=465
-  _globals['_RELEASEREQUEST']._serialized_start=467
-  _globals['_RELEASEREQUEST']._serialized_end=558
-  _globals['_RELEASERESPONSE']._serialized_start=560
-  _globals['_RELEASERESPONSE']._serialized_end=595
-  _globals['_LEASESERVICE']._serialized_start=598
-  _globals['_LEASESERVICE']._serialized_end=840
+  _globals['_ACQUIRERESPONSE']._serialized_end=324
+  _globals['_RENEWREQUEST']._serialized_start=326
+  _globals['_RENEWREQUEST']._serialized_end=431
+  _globals['_RENEWRESPONSE']._serialized_start=433
+  _globals['_RENEWRESPONSE']._serialized_end=481
+  _globals['_RELEASEREQUEST']._serialized_start=483
+  _globals['_RELEASEREQUEST']._serialized_end=574
+  _globals['_RELEASERESPONSE']._serialized_start=576
+  _globals['_RELEASERESPONSE']._serialized_end=611
+  _globals['_LEASESERVICE']._serialized_start=614
+  _globals['_LEASESERVICE']._serialized_end=856
 # @@protoc_insertion_point(module_scope)

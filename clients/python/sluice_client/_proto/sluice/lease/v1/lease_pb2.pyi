@@ -26,20 +26,22 @@ class AcquireRequest(_message.Message):
     def __init__(self, domain: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ("granted", "lease_id", "ttl_ms", "max_leases", "in_flight", "retry_after_ms")
+    __slots__ = ("granted", "lease_id", "ttl_ms", "max_leases", "in_flight", "retry_after_ms", "reason")
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEASES_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     granted: bool
     lease_id: str
     ttl_ms: int
     max_leases: int
     in_flight: int
     retry_after_ms: int
-    def __init__(self, granted: _Optional[bool] = ..., lease_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., max_leases: _Optional[int] = ..., in_flight: _Optional[int] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+    reason: str
+    def __init__(self, granted: _Optional[bool] = ..., lease_id: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., max_leases: _Optional[int] = ..., in_flight: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
     __slots__ = ("domain", "entries", "lease_id", "ttl_ms")
