@@ -47,9 +47,9 @@ def _interval(rate_per_s: float) -> int:
         tokens = math.floor(rate_per_s * interval * (1 + 1e-9))
         if tokens >= 1 and tokens / interval >= rate_per_s * (1 - TOLERANCE):
             return interval
-    # A rate below 1 token per 20 s: floor() loses less than TOLERANCE of it when a fill
-    # holds 1 / TOLERANCE tokens' worth of time, and never rounds to zero when it holds one.
-    return max(math.ceil(1 / rate_per_s), math.ceil(1 / (TOLERANCE * rate_per_s)))
+    # Below one token per _SHORT_INTERVALS seconds: one token per fill, the interval rounded
+    # up, which loses less than rate_per_s (under 0.1 %) of the rate.
+    return math.ceil(1 / rate_per_s)
 
 
 def changed_enough(old: TokenBucket, new: TokenBucket) -> bool:
