@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 
 from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
+from sluice._proto.envoy.type.v3 import ratelimit_strategy_pb2
 
-__all__ = ["Feed", "next_response", "rate", "run", "strategies"]
+__all__ = ["Collector", "Feed", "next_response", "rate", "run", "strategies"]
 
 Response = rlqs_pb2.RateLimitQuotaResponse
 
@@ -59,8 +61,46 @@ def strategies(response: Response) -> dict[tuple[tuple[str, str], ...], object]:
 
 
 def rate(response: Response) -> float:
-    [(_, tokens, interval)] = strategies(response).values()  # type: ignore[misc]
+    """Tokens per second of the one bucket in ``response`` (0 for a DENY_ALL)."""
+    [strategy] = strategies(response).values()
+    if not isinstance(strategy, tuple):
+        return 0.0 if strategy == ratelimit_strategy_pb2.RateLimitStrategy.DENY_ALL else math.inf
+    _, tokens, interval = strategy
     return float(tokens) / float(interval)
+
+
+class Collector:
+    """Reads a stream's responses as they come, on a task of its own."""
+
+    def __init__(self, responses: AsyncIterator[Response]) -> None:
+        self.responses: list[Response] = []
+        self._arrived = asyncio.Event()
+        self._task = asyncio.ensure_future(self._read(responses))
+
+    async def _read(self, responses: AsyncIterator[Response]) -> None:
+        async for response in responses:
+            self.responses.append(response)
+            self._arrived.set()
+
+    async def wait(self, count: int) -> None:
+        """Until ``count`` responses have come (a report's answer may wait on Redis)."""
+        async with asyncio.timeout(5):
+            while len(self.responses) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def settle(self) -> None:
+        """Let what the service has queued reach this reader (loop turns, not time)."""
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    @property
+    def rate(self) -> float:
+        return rate(self.responses[-1])
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 def run(test: Callable[..., Coroutine[object, object, None]]) -> Callable[..., None]:

@@ -34,7 +34,6 @@ from sluice.policies.snapshot import Snapshot
 from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL, TOKEN_BUCKET, BucketIndex
 from sluice.rlqs.exchange import DemandExchange, LocalExchange
 from sluice.rlqs.session import Stream
-from sluice.rlqs.shares import Totals
 from sluice.rlqs.wire import Action, Report, encode_actions, read_report
 from sluice.usage.recorder import ALLOWED, OVER_LIMIT, UsageRecorder
 
@@ -91,7 +90,6 @@ class QuotaService:
         self._open: dict[int, _Open] = {}
         self._ids = itertools.count(1)
         self._index = BucketIndex(snapshot())
-        self._totals: dict[ShareKey, Totals] = {}
         self._draining = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -209,19 +207,26 @@ class QuotaService:
         self._record_usage(stream, report)
         if not keys:
             return None
-        await self._learn_new_buckets(stream)
-        actions = [stream.assign(key, self._totals) for key in dict.fromkeys(keys)]
+        await self._share_new_buckets(stream)
+        actions = [stream.assign(key) for key in dict.fromkeys(keys)]
         stream.sent(actions, now)
         self._count(actions)
         return encode_actions(actions)
 
-    async def _learn_new_buckets(self, stream: Stream) -> None:
-        """Buckets the last rebalance did not see get their totals now, so a new stream on a
-        limit other streams share starts from its share, not from all of it."""
-        new = {key for key, _ in stream.demands() if key not in self._totals}
-        if new:
-            local = self._local_totals()
-            self._totals.update(await self._exchange.exchange({k: local[k] for k in new}))
+    async def _share_new_buckets(self, stream: Stream) -> None:
+        """Give the stream's new buckets their share now, so its first requests are
+        governed; the other streams on those limits give theirs up at the rebalance this
+        wakes (until then they may hold their floor's worth too much)."""
+        new = {b.governed.share_key for b in stream.shared() if b.share is None}
+        if not new:
+            return
+        weights = {k: w for k, w in self._local_weights().items() if k in new}
+        grants = await self._exchange.exchange(weights)
+        for bucket in stream.shared():
+            key = bucket.governed.share_key
+            if bucket.share is None and key in weights:
+                bucket.share = grants.get(key, 0.0) * bucket.weight / weights[key]
+        self._wake.set()
 
     # -- every stream
 
@@ -235,25 +240,27 @@ class QuotaService:
             stream.regovern(index, now, all_buckets=open_.index is not index)
             open_.index = index
             stream.drop_silent(now)
-        self._totals = await self._exchange.exchange(self._local_totals())
+        weights = self._local_weights()
+        grants = await self._exchange.exchange(weights)
         for open_ in list(self._open.values()):
-            actions = open_.stream.due(self._totals, now)
+            for bucket in open_.stream.shared():
+                key = bucket.governed.share_key
+                if key in weights:  # else it came in a report while Redis answered
+                    bucket.share = grants.get(key, 0.0) * bucket.weight / weights[key]
+            actions = open_.stream.due(now)
             if actions:
                 open_.stream.sent(actions, now)
                 self._count(actions)
                 open_.outbox.put_nowait(encode_actions(actions))
 
-    def _local_totals(self) -> dict[ShareKey, Totals]:
-        totals: dict[ShareKey, Totals] = {}
+    def _local_weights(self) -> dict[ShareKey, float]:
+        """Per limit, the weight of every stream of this instance on it."""
+        weights: dict[ShareKey, float] = {}
         for open_ in self._open.values():
-            for key, demand in open_.stream.demands():
-                known = totals.get(key)
-                totals[key] = (
-                    Totals(demand, 1)
-                    if known is None
-                    else Totals(known.demand + demand, known.streams + 1)
-                )
-        return totals
+            for bucket in open_.stream.shared():
+                key = bucket.governed.share_key
+                weights[key] = weights.get(key, 0.0) + bucket.weight
+        return weights
 
     def _current_index(self) -> BucketIndex:
         snapshot = self._snapshot()

@@ -1,34 +1,13 @@
-"""Splitting one limit between streams by their reported demand."""
+"""A stream's claim on a limit: its reported demand plus a floor."""
 
 from __future__ import annotations
 
-import pytest
-
-from sluice.rlqs.shares import FLOOR, Demand, Totals, share
+from sluice.rlqs.shares import FLOOR, Demand, weight
 
 
-def test_one_stream_holds_the_whole_limit_whatever_its_demand() -> None:
-    assert share(0.0, Totals(0.0, 1), 10.0) == 1.0
-    assert share(500.0, Totals(500.0, 1), 10.0) == 1.0
-
-
-def test_shares_follow_demand_and_add_up_to_one() -> None:
-    demands = [90.0, 10.0, 0.0]
-    totals = Totals(sum(demands), len(demands))
-    shares = [share(d, totals, 10.0) for d in demands]
-    assert sum(shares) == pytest.approx(1.0)
-    assert shares[0] > shares[1] > shares[2] > 0
-    # The quiet stream keeps the floor: its weight is FLOOR x the rate.
-    assert shares[2] == pytest.approx(FLOOR * 10 / (100 + 3 * FLOOR * 10))
-
-
-def test_streams_with_no_demand_split_evenly() -> None:
-    assert share(0.0, Totals(0.0, 4), 10.0) == pytest.approx(0.25)
-
-
-def test_totals_that_miss_this_stream_never_give_more_than_all() -> None:
-    # An exchange that has not seen this stream's latest demand yet.
-    assert share(50.0, Totals(10.0, 1), 10.0) == 1.0
+def test_every_stream_weighs_a_floor_beyond_its_demand() -> None:
+    assert weight(0.0, 100.0) == FLOOR * 100
+    assert weight(30.0, 100.0) == 30 + FLOOR * 100
 
 
 def test_demand_is_the_rate_of_the_last_reports() -> None:
