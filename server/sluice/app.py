@@ -37,6 +37,8 @@ from sluice.policies.store import PolicyStore
 from sluice.policies.watcher import ConfigWatcher
 from sluice.readiness import Readiness
 from sluice.redaction import redact_url
+from sluice.rlqs.exchange import DemandExchange, LocalExchange, RedisExchange
+from sluice.rlqs.service import QuotaService, QuotaSettings
 from sluice.settings import Settings
 from sluice.statsd import StatsdSink, parse_tags
 from sluice.tls import ServerTls
@@ -72,6 +74,15 @@ def make_backend(settings: Settings) -> Backend:
     return backend
 
 
+def make_exchange(settings: Settings) -> DemandExchange:
+    """How RLQS instances agree on shares: through Redis when state lives there (every
+    instance sharing it shares the limits), else this instance alone."""
+    if settings.backend != "redis":
+        return LocalExchange()
+    client = _redis_client(settings, pool_size=4)
+    return RedisExchange(client, key_prefix=settings.redis_key_prefix)
+
+
 def make_lease_store(settings: Settings) -> LeaseStore:
     """Where concurrency leases are held: with the algorithm state (its own Redis client)."""
     if settings.backend != "redis":
@@ -83,10 +94,10 @@ def make_lease_store(settings: Settings) -> LeaseStore:
     )
 
 
-def _redis_client(settings: Settings) -> Redis | RedisCluster:
+def _redis_client(settings: Settings, *, pool_size: int | None = None) -> Redis | RedisCluster:
     return connect(
         settings.redis_url,
-        pool_size=settings.redis_pool_size,
+        pool_size=settings.redis_pool_size if pool_size is None else pool_size,
         timeout_s=settings.redis_timeout_ms / 1000,
         tls=RedisTls(
             settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
@@ -185,6 +196,19 @@ class Sluice:
         self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
         self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd)
+        # StreamRateLimitQuotas, whichever transport serves it; its streams end on stop.
+        self.quota = QuotaService(
+            lambda: self.snapshot,
+            self.clock,
+            settings=QuotaSettings(
+                ttl_s=settings.rlqs_assignment_ttl_s,
+                max_buckets_per_stream=settings.rlqs_max_buckets_per_stream,
+                bounds=settings.request_bounds,
+            ),
+            exchange=make_exchange(settings),
+            recorder=self.recorder,
+            on_assignments=self.metrics.count_rlqs_assignments,
+        )
         self._grpc_front = grpc_front
         self._serving = False
         self._grpc: GrpcFront | None = None
@@ -206,6 +230,7 @@ class Sluice:
     def install(self, snapshot: Snapshot) -> None:
         # One assignment: a request in flight keeps the snapshot it started with.
         self.snapshot = snapshot
+        self.quota.snapshot_changed()
 
     def attach(self, store: PolicyStore) -> None:
         """Serve the policies in ``store`` and follow its changes (after ``start``)."""
@@ -276,6 +301,9 @@ class Sluice:
         state["redis_errors"] = self.limiter.backend_errors
         state["global_shadow_answers"] = self.limiter.global_shadow_answers
         state["service_errors"] = self.rls.internal_errors
+        state["rlqs_reports"] = self.quota.reports
+        state["rlqs_streams"] = self.quota.streams
+        state["rlqs_buckets"] = self.quota.buckets
         return state
 
     async def start(self, *, serving: bool = True) -> None:
@@ -294,6 +322,7 @@ class Sluice:
             credentials=self.tls.grpc_credentials() if self.tls else None,
             reuse_port=shared_ports,
             core=self.rls,
+            quota=self.quota,
             leases=self.leases,
             max_connection_age_s=s.grpc_max_connection_age_s,
             max_connection_age_grace_s=s.grpc_max_connection_age_grace_s,
@@ -341,6 +370,7 @@ class Sluice:
         self.metrics.start()
         if self.statsd is not None:
             self.statsd.start()
+        self.quota.start()
         self._serving = serving
         if not serving:
             await self._grpc.set_serving(False)
@@ -397,6 +427,7 @@ class Sluice:
             await self.watcher.stop()
         if self.reloader is not None:
             await self.reloader.stop()
+        await self.quota.stop()  # streams end at once: data planes keep their assignments
         if self._grpc is not None:
             grace_s = self.settings.shutdown_grace_s
             drained = await asyncio.gather(self.rls.drain(grace_s), self.leases.drain(grace_s))
