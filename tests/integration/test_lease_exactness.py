@@ -182,3 +182,22 @@ def test_undecodable_bytes_are_refused_by_name(servers: list[SluiceProcess]) -> 
         code, details = asyncio.run(call(server))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert details.startswith("request: not a AcquireRequest in protobuf's wire format")
+
+
+def test_reflection_lists_the_lease_service_on_both_transports(
+    servers: list[SluiceProcess],
+) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    for server in servers:
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            call = channel.stream_stream(
+                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+            )
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            [response] = call(iter([request]), timeout=5)
+        assert "sluice.lease.v1.LeaseService" in {
+            s.name for s in response.list_services_response.service
+        }
