@@ -118,6 +118,15 @@ def test_a_stale_publish_shows_the_stale_version_message(
     assert "shop.other: whitelisted (no limit)" in texts(at)
 
 
+def test_a_concurrency_rule_reads_as_leases_at_once(
+    database_url: str, service: PolicyService
+) -> None:
+    text = "domain: shop\ndescriptors:\n  - key: jobs\n    rate_limit: {concurrency: 20}\n"
+    service.publish(load_text(text), author="someone", comment="leases")
+    at = rules_page()
+    assert "shop.jobs: 20 at once (leases of 30s)" in texts(at)
+
+
 def test_yaml_view_shows_the_pending_document(database_url: str) -> None:
     at = rules_page()
     assert any(c.startswith("domain: shop\ndescriptors:\n- key: user") for c in codes(at))

@@ -14,6 +14,7 @@ import streamlit as st
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.errors import ConfigError, StaleVersionError
 from sluice.model import DomainPolicy, Rule, Unit
+from sluice.policies.descriptor_text import format_duration
 from sluice_admin import pending, session
 from sluice_admin.auth import User
 from sluice_admin.data import AdminData, NotAllowedError
@@ -141,6 +142,9 @@ def _page(data: AdminData, user: User, domain: str) -> None:
 def _summary(rule: Rule) -> str:
     if rule.unlimited:
         text = "unlimited"
+    elif rule.concurrency is not None:
+        ttl = format_duration(rule.concurrency.lease_ttl_s)
+        text = f"{rule.concurrency.max_leases} at once (leases of {ttl})"
     elif rule.limits:
         parts = []
         for limit in rule.limits:
