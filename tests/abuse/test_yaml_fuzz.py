@@ -95,7 +95,7 @@ junk = st.one_of(
 KEYS = (
     ["domain", "descriptors", "key", "value", "rate_limit", "shadow_mode", "detailed_metric"]
     + ["share_threshold", "name", "replaces", "unit", "requests_per_unit", "unlimited"]
-    + ["algorithm", "burst", "limits", "Unit", "unit ", "colour"]
+    + ["algorithm", "burst", "limits", "Unit", "unit ", "colour", "concurrency", "lease_ttl"]
 )
 
 

@@ -22,10 +22,11 @@ __all__ = [
     "parse_time",
 ]
 
-_DURATION = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
+# At most 12 digits: more than any sensible duration, and far inside what a float holds.
+_DURATION = re.compile(r"\s*(\d{1,12})\s*([smhdw])\s*")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # A length of time, milliseconds included (a lease's TTL may be under a second).
-_SPAN = re.compile(r"\s*(\d+)\s*(ms|[smhdw])\s*")
+_SPAN = re.compile(r"\s*(\d{1,12})\s*(ms|[smhdw])\s*")
 
 
 def parse_entries(text: str, field: str = "descriptor") -> tuple[tuple[str, str], ...]:

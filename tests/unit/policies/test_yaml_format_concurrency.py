@@ -66,6 +66,10 @@ def test_concurrency_zero_admits_nothing_but_is_valid() -> None:
         ("{concurrency: 2, lease_ttl: 0s}", "p.yaml:4: 'lease_ttl' must be from 1ms to 1d, not 0s"),
         ("{concurrency: 2, lease_ttl: 2d}", "p.yaml:4: 'lease_ttl' must be from 1ms to 1d, not 2d"),
         (
+            "{concurrency: 2, lease_ttl: " + "9" * 40 + "ms}",
+            "p.yaml:4: 'lease_ttl' must be a duration such as 30s or 500ms, not " + "9" * 40 + "ms",
+        ),
+        (
             "{unit: minute, requests_per_unit: 5, lease_ttl: 10s}",
             "p.yaml:4: 'lease_ttl' applies only with 'concurrency' (how long a lease lasts "
             "unrenewed)",
@@ -113,7 +117,7 @@ def test_concurrency_keeps_name_replaces_and_rule_flags() -> None:
     assert load_text(dump_policy(policy), "again.yaml") == [policy]
 
 
-@pytest.mark.parametrize("text", ["", "30", "1.5s", "5 years", "-1s", "ms"])
+@pytest.mark.parametrize("text", ["", "30", "1.5s", "5 years", "-1s", "ms", "1" * 400 + "s"])
 def test_parse_duration_names_the_field(text: str) -> None:
     with pytest.raises(ValueError, match=r"^ttl: '.*' is not a duration such as 500ms"):
         parse_duration(text, "ttl")
