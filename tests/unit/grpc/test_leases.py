@@ -6,6 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice._proto.sluice.lease.v1 import lease_pb2
 from sluice.clock import ManualClock
@@ -118,3 +120,55 @@ def test_drain_refuses_new_calls_and_waits_for_those_in_flight() -> None:
         assert (await in_flight).granted  # the call in flight finished normally
 
     asyncio.run(scenario())
+
+
+_text = st.text(max_size=40) | st.just("") | st.text(min_size=1025, max_size=1100)
+_entries = st.lists(st.builds(lease_pb2.Entry, key=_text, value=_text), max_size=18)
+_ids = st.text(max_size=70)
+_ttl = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=64).map(lambda data: ("Acquire", data)),
+        st.builds(
+            lambda d, e, t: ("Acquire", lease_pb2.AcquireRequest(domain=d, entries=e, ttl_ms=t)),
+            st.sampled_from(["jobs", "", "other"]) | _text,
+            _entries,
+            _ttl,
+        ),
+        st.builds(
+            lambda d, e, i, t: (
+                "Renew",
+                lease_pb2.RenewRequest(domain=d, entries=e, lease_id=i, ttl_ms=t),
+            ),
+            st.sampled_from(["jobs", ""]),
+            _entries,
+            _ids,
+            _ttl,
+        ),
+        st.builds(
+            lambda d, e, i: ("Release", lease_pb2.ReleaseRequest(domain=d, entries=e, lease_id=i)),
+            st.sampled_from(["jobs", ""]),
+            _entries,
+            _ids,
+        ),
+    )
+)
+def test_any_request_gets_an_answer_or_a_named_refusal(call: tuple[str, Any]) -> None:
+    method, message = call
+    leases = core(ManualClock(1000))
+    handler, decode = leases.methods()[method]
+    data = message if isinstance(message, bytes) else message.SerializeToString()
+    try:
+        asyncio.run(handler(decode(data)))
+    except GrpcError as refusal:
+        assert refusal.status in (Status.INVALID_ARGUMENT, Status.NOT_FOUND)
+        assert refusal.message.split(":")[0] in (
+            "request",
+            "domain",
+            "entries",
+            "ttl",
+            "lease_id",
+        ) or refusal.message.startswith("entries[")
