@@ -28,6 +28,7 @@ __all__ = ["BLOCKED_REASON", "Grant", "LeaseService", "Renewal", "new_lease_id"]
 
 # As ShouldRateLimit's reason for a blocked descriptor (sluice.limiter.BLOCKED_REASON).
 BLOCKED_REASON = "blocked"
+_UNLIMITED_LEASES = 2**32 - 1  # what a shadow-mode rule's table is filled up to
 
 Entries = tuple[tuple[str, str], ...]
 
@@ -68,6 +69,7 @@ class _Target:
     key: CounterKey
     concurrency: Concurrency
     blocked_until_s: float | None = None  # an operator's block in force (inf: no end)
+    shadow_mode: bool = False
 
 
 class LeaseService:
@@ -96,8 +98,11 @@ class LeaseService:
             until = target.blocked_until_s - now if target.blocked_until_s != math.inf else 0.0
             return Grant(False, "", ttl, limit, 0, until, BLOCKED_REASON)
         lease_id = self._new_id()
+        # Shadow mode enforces nothing: every lease is granted, and ``in_flight`` above
+        # ``max_leases`` shows what the limit would have refused.
+        enforced = _UNLIMITED_LEASES if target.shadow_mode else limit
         result: Acquired = await self.store.acquire(
-            target.key, lease_id, max_leases=limit, ttl_s=ttl, now=now
+            target.key, lease_id, max_leases=enforced, ttl_s=ttl, now=now
         )
         return Grant(
             result.granted,
@@ -141,7 +146,7 @@ class LeaseService:
         pin = snapshot.pins(domain).get(entries)
         if pin is not None and pin.kind == BLOCK and self._clock.now() < pin.expires_at_s:
             return _Target(match.counter_key, match.concurrency, pin.expires_at_s)
-        return _Target(match.counter_key, match.concurrency)
+        return _Target(match.counter_key, match.concurrency, shadow_mode=match.shadow_mode)
 
 
 def _ttl(ttl_s: float, concurrency: Concurrency) -> float:

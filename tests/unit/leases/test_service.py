@@ -156,6 +156,23 @@ def test_a_bad_lease_id_is_refused(lease_id: str, message: str) -> None:
         asyncio.run(leases.renew("jobs", ACME, lease_id))
 
 
+def test_a_shadow_mode_rule_grants_past_its_limit_and_shows_by_how_much() -> None:
+    shadow = "domain: jobs\ndescriptors:\n  - key: tenant\n    shadow_mode: true\n"
+    shadow += "    rate_limit: {concurrency: 1}\n"
+    snapshot = Snapshot(load_text(shadow, "p.yaml"))
+    leases = LeaseService(lambda: snapshot, MemoryLeaseStore(), ManualClock(0))
+
+    async def scenario() -> list[Grant]:
+        return [await leases.acquire("jobs", ACME) for _ in range(3)]
+
+    grants = asyncio.run(scenario())
+    assert [(g.granted, g.max_leases, g.in_flight) for g in grants] == [
+        (True, 1, 1),
+        (True, 1, 2),
+        (True, 1, 3),
+    ]
+
+
 def test_a_blocked_descriptor_gets_no_lease_until_the_block_ends() -> None:
     blocked = POLICY + (
         "blocks:\n"
