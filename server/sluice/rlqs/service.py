@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from sluice.bounds import RequestBounds
 from sluice.clock import Clock
 from sluice.edge.status import GrpcError, Status
@@ -143,9 +142,10 @@ class QuotaService:
 
     async def stream(
         self, requests: AsyncIterator[Any], context: object = None
-    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
-        """The responses of one StreamRateLimitQuotas call. ``context`` (the transport's)
-        is not used: it lets the edge call this as the handler itself."""
+    ) -> AsyncIterator[bytes]:
+        """The responses of one StreamRateLimitQuotas call, as RateLimitQuotaResponse bytes.
+        ``context`` (the transport's) is not used: it lets the edge call this as the handler
+        itself."""
         if self._draining:
             raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
         open_ = _Open(
@@ -186,9 +186,7 @@ class QuotaService:
             return
         open_.outbox.put_nowait(_END)  # the data plane closed its side: so do we
 
-    async def _on_report(
-        self, open_: _Open, message: Any
-    ) -> rlqs_pb2.RateLimitQuotaResponse | None:
+    async def _on_report(self, open_: _Open, message: Any) -> bytes | None:
         report = read_report(message, self.settings.bounds)
         stream = open_.stream
         now = self._clock.now()
