@@ -46,10 +46,17 @@ class RuleUsage:
 
 
 class UsageRecorder:
-    def __init__(self, *, near_limit_ratio: float = 0.8, top_keys: int = 20) -> None:
+    """``named``: also keep, apart, the hits whose statsd name is not their rule's
+    (``record_named``), for envoyproxy/ratelimit's statsd names; off, that is a no-op."""
+
+    def __init__(
+        self, *, near_limit_ratio: float = 0.8, top_keys: int = 20, named: bool = False
+    ) -> None:
         self.near_limit_ratio = near_limit_ratio
         self.top_keys = top_keys
+        self.named = named
         self._rules: dict[str, RuleUsage] = {}
+        self._named: dict[tuple[str, str], RuleUsage] = {}
 
     def record(
         self,
@@ -76,6 +83,32 @@ class UsageRecorder:
                 usage.offenders = SpaceSaving(self.top_keys)
             usage.offenders.add(offender, cost)
 
+    def record_named(
+        self,
+        rule_id: str,
+        name: str,
+        kind: int,
+        *,
+        cost: int = 1,
+        near: bool = False,
+        local: bool = False,
+    ) -> None:
+        """The hit just ``record``ed under ``rule_id``, as statsd is to name it: ``name``
+        (request values in it), or nothing at all for ``""``. Kept apart from the rules' own
+        counts, which stay per rule (Prometheus labels, the usage store: bounded)."""
+        if not self.named:
+            return
+        usage = self._named.get((rule_id, name))
+        if usage is None:
+            usage = self._named[(rule_id, name)] = RuleUsage()
+        if cost > MAX_RECORDED_COST:
+            cost = MAX_RECORDED_COST
+        usage.counts[kind] += cost
+        if near:
+            usage.counts[NEAR_LIMIT] += cost
+        if local:
+            usage.local_refusals += cost
+
     def is_near(self, requests_per_unit: int, remaining: int) -> bool:
         """At or past the near-limit share of the limit (80 % used by default)."""
         used = requests_per_unit - remaining
@@ -84,4 +117,10 @@ class UsageRecorder:
     def drain(self) -> dict[str, RuleUsage]:
         """Everything recorded since the last drain; recording continues into a fresh map."""
         drained, self._rules = self._rules, {}
+        return drained
+
+    def drain_named(self) -> dict[tuple[str, str], RuleUsage]:
+        """What ``record_named`` kept since the last call, by (rule id, name); drained with
+        ``drain`` in one step of the event loop, so each holds the same hits."""
+        drained, self._named = self._named, {}
         return drained
