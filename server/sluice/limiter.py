@@ -221,8 +221,10 @@ class RateLimiter:
         assert recorder is not None
         if admitted:
             limit = status.current_limit
-            near = limit is not None and recorder.is_near(
-                limit.requests_per_unit, status.limit_remaining
+            near = (
+                recorder.near_hits(limit.requests_per_unit, status.limit_remaining, a.cost)
+                if limit is not None
+                else 0
             )
             recorder.record(a.match.rule_id, ALLOWED, cost=a.cost, near=near)
             if a.match.metric_name is not None:

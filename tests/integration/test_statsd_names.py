@@ -32,6 +32,12 @@ CALLS: list[tuple[Entries, int, int]] = [
     ((("v2m", "v1"),), 0, 0),
     # share_s* counts every value it matches on one counter: past its 2 at the third.
     *(((("share", "s2"),), 0, 0) for _ in range(2)),
+    # Near the limit of 10 past floor(10 × 0.8) = 8 only: 1 + 6 = 7 is not near, 7 + 2 = 9
+    # is one hit near, the next one too; then 10 + 1 is over.
+    ((("ten", "t"),), 6, 0),
+    ((("ten", "t"),), 2, 0),
+    ((("ten", "t"),), 1, 0),
+    ((("ten", "t"),), 1, 0),
 ]
 
 
@@ -94,8 +100,10 @@ def runtime(tmp_path: Path, redis: RedisProcess) -> dict[str, str]:
     }
 
 
-# Every call but the two on unlimited rules is counted, each for one hit.
-COUNTED_HITS = sum(1 for entries, _, _ in CALLS if entries[0][0] not in ("unl", "unldet"))
+# Every call but the two on unlimited rules is counted, for its hits_addend (0 means 1).
+COUNTED_HITS = sum(
+    max(1, addend) for entries, addend, _ in CALLS if entries[0][0] not in ("unl", "unldet")
+)
 
 
 @pytest.mark.slow

@@ -66,6 +66,8 @@ descriptors:
       - key: child
         detailed_metric: true
         rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
   - key: unl
     rate_limit: {unlimited: true}
   - key: unldet
@@ -86,6 +88,7 @@ NAMES_REQUESTS: list[tuple[tuple[str, str], ...]] = [
     (("parent", "P"), ("child", "C")),
     (("parent", "P"), ("exact", "x")),
     (("pdet", "P"), ("child", "C")),
+    (("ten", "t"),),
     (("unl", "u"),),
     (("unldet", "u"),),
 ]
@@ -105,6 +108,7 @@ UPSTREAM_NAMES = {
     "d.parent_P.child",  # value_to_metric is per level: the child has none
     "d.parent_P.exact_x",
     "d.pdet_P.child_C",  # detailed_metric names every level, not only its own
+    "d.ten",
     "d.plain_o1.k2",  # the override
     # Nothing for the unlimited rules, detailed or not: upstream counts nothing for them.
 }
@@ -183,7 +187,7 @@ def test_parse_tags_reads_upstreams_extra_tags() -> None:
 
 def usage_lines(sink: StatsdSink) -> list[str]:
     recorder = UsageRecorder()
-    recorder.record("rl.foo", ALLOWED, cost=3, near=True)
+    recorder.record("rl.foo", ALLOWED, cost=3, near=3)
     recorder.record("rl.foo", OVER_LIMIT, cost=2, local=True)
     recorder.record("rl.remote_address_10.1.2.3", SHADOW_OVER)
     sink.add_usage(recorder.drain())

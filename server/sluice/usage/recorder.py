@@ -6,12 +6,15 @@ instances, history) happens off the request path, on whatever ``drain()`` return
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass, field
 
 from sluice.usage.heavy_hitters import SpaceSaving
 
 __all__ = [
     "ALLOWED",
+    "near_threshold",
     "BACKEND_ERROR",
     "BLOCKED",
     "NEAR_LIMIT",
@@ -25,6 +28,9 @@ __all__ = [
 # never fit): Envoy's hits_addend is a uint64, and a few of those would overflow the 64-bit
 # integers of the usage tables, failing every later flush of the figures they are in.
 MAX_RECORDED_COST = 2**32
+
+# Distinct limits whose near-limit threshold is remembered (clients' own limits can be many).
+MAX_THRESHOLDS = 4096
 
 # Indexes into RuleUsage.counts. BLOCKED: refused by an operator's block, nothing counted.
 ALLOWED, OVER_LIMIT, SHADOW_OVER, NEAR_LIMIT, BACKEND_ERROR, BLOCKED = range(6)
@@ -57,6 +63,7 @@ class UsageRecorder:
         self.named = named
         self._rules: dict[str, RuleUsage] = {}
         self._named: dict[tuple[str, str], RuleUsage] = {}
+        self._thresholds: dict[int, int] = {}
 
     def record(
         self,
@@ -65,9 +72,10 @@ class UsageRecorder:
         *,
         cost: int = 1,
         offender: str | None = None,
-        near: bool = False,
+        near: int = 0,
         local: bool = False,
     ) -> None:
+        """``near``: how many of the hits were near the limit (``near_hits``)."""
         usage = self._rules.get(rule_id)
         if usage is None:
             usage = self._rules[rule_id] = RuleUsage()
@@ -75,7 +83,7 @@ class UsageRecorder:
             cost = MAX_RECORDED_COST
         usage.counts[kind] += cost
         if near:
-            usage.counts[NEAR_LIMIT] += cost
+            usage.counts[NEAR_LIMIT] += min(near, cost)
         if local:
             usage.local_refusals += cost
         if offender is not None:
@@ -90,7 +98,7 @@ class UsageRecorder:
         kind: int,
         *,
         cost: int = 1,
-        near: bool = False,
+        near: int = 0,
         local: bool = False,
     ) -> None:
         """The hit just ``record``ed under ``rule_id``, as statsd is to name it: ``name``
@@ -105,14 +113,25 @@ class UsageRecorder:
             cost = MAX_RECORDED_COST
         usage.counts[kind] += cost
         if near:
-            usage.counts[NEAR_LIMIT] += cost
+            usage.counts[NEAR_LIMIT] += min(near, cost)
         if local:
             usage.local_refusals += cost
 
-    def is_near(self, requests_per_unit: int, remaining: int) -> bool:
-        """At or past the near-limit share of the limit (80 % used by default)."""
-        used = requests_per_unit - remaining
-        return requests_per_unit > 0 and used >= self.near_limit_ratio * requests_per_unit
+    def near_hits(self, requests_per_unit: int, remaining: int, cost: int) -> int:
+        """Of an admitted hit of ``cost`` that left ``remaining``, how many hits are near the
+        limit, as envoyproxy/ratelimit counts them: those past its threshold,
+        ``floor(limit × ratio)`` in float32 arithmetic (``near_threshold``), so a hit of
+        cost n crossing it counts only its part past it."""
+        threshold = self._thresholds.get(requests_per_unit)
+        if threshold is None:
+            if len(self._thresholds) >= MAX_THRESHOLDS:
+                self._thresholds.clear()
+            threshold = near_threshold(requests_per_unit, self.near_limit_ratio)
+            self._thresholds[requests_per_unit] = threshold
+        after = requests_per_unit - remaining
+        if after <= threshold:
+            return 0
+        return cost if after - cost >= threshold else after - threshold
 
     def drain(self) -> dict[str, RuleUsage]:
         """Everything recorded since the last drain; recording continues into a fresh map."""
@@ -124,3 +143,16 @@ class UsageRecorder:
         ``drain`` in one step of the event loop, so each holds the same hits."""
         drained, self._named = self._named, {}
         return drained
+
+
+def near_threshold(requests_per_unit: int, ratio: float) -> int:
+    """envoyproxy/ratelimit's near-limit threshold: ``floor(float32(limit) × float32(ratio))``
+    with the product rounded to float32, as Go computes it (0.7 × 10 is 7 there, 6 in
+    float64)."""
+    product = _float32(_float32(float(requests_per_unit)) * _float32(ratio))
+    return math.floor(product)
+
+
+def _float32(value: float) -> float:
+    result: float = struct.unpack("f", struct.pack("f", value))[0]
+    return result
