@@ -122,13 +122,17 @@ class UsageRecorder:
         limit, as envoyproxy/ratelimit counts them: those past its threshold,
         ``floor(limit × ratio)`` in float32 arithmetic (``near_threshold``), so a hit of
         cost n crossing it counts only its part past it."""
+        after = requests_per_unit - remaining
+        # Far below the threshold, as most hits are: no need to know it exactly (float32
+        # differs from this float64 estimate by less than a millionth of it).
+        if after < requests_per_unit * self.near_limit_ratio * 0.999999 - 1:
+            return 0
         threshold = self._thresholds.get(requests_per_unit)
         if threshold is None:
             if len(self._thresholds) >= MAX_THRESHOLDS:
                 self._thresholds.clear()
             threshold = near_threshold(requests_per_unit, self.near_limit_ratio)
             self._thresholds[requests_per_unit] = threshold
-        after = requests_per_unit - remaining
         if after <= threshold:
             return 0
         return cost if after - cost >= threshold else after - threshold

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import textwrap
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sluice.backends.memory import MemoryBackend
 from sluice.clock import ManualClock
 from sluice.limiter import RateLimiter
@@ -95,3 +98,22 @@ def test_a_huge_hits_addend_counts_as_one_more_than_the_largest_limit() -> None:
     usage = recorder.drain()["d.user"]
     assert usage.counts[OVER_LIMIT] == 3 * 2**32
     assert usage.offenders is not None and usage.offenders.top() == [("bob", 3 * 2**32)]
+
+
+@given(
+    limit=st.integers(min_value=0, max_value=2**32 - 1),
+    ratio=st.floats(min_value=0.01, max_value=1.0),
+    offset=st.integers(min_value=-3, max_value=3),
+    cost=st.integers(min_value=0, max_value=5),
+)
+def test_near_hits_is_upstreams_count_whatever_the_limit_and_ratio(
+    limit: int, ratio: float, offset: int, cost: int
+) -> None:
+    # Around the threshold, where the quick float64 estimate must never decide wrongly.
+    threshold = near_threshold(limit, ratio)
+    after = min(max(threshold + offset, 0), limit)
+    expected = 0
+    if after > threshold:
+        expected = cost if after - cost >= threshold else after - threshold
+    recorder = UsageRecorder(near_limit_ratio=ratio)
+    assert recorder.near_hits(limit, limit - after, cost) == expected
