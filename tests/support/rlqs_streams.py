@@ -43,8 +43,9 @@ class Feed:
             yield message
 
 
-async def next_response(responses: AsyncIterator[Response]) -> Response:
-    return await asyncio.wait_for(anext(responses), 2)
+async def next_response(responses: AsyncIterator[bytes]) -> Response:
+    """The stream's next response, decoded (it must come within 2 s)."""
+    return Response.FromString(await asyncio.wait_for(anext(responses), 2))
 
 
 def strategies(response: Response) -> dict[tuple[tuple[str, str], ...], object]:
@@ -72,14 +73,14 @@ def rate(response: Response) -> float:
 class Collector:
     """Reads a stream's responses as they come, on a task of its own."""
 
-    def __init__(self, responses: AsyncIterator[Response]) -> None:
+    def __init__(self, responses: AsyncIterator[bytes]) -> None:
         self.responses: list[Response] = []
         self._arrived = asyncio.Event()
         self._task = asyncio.ensure_future(self._read(responses))
 
-    async def _read(self, responses: AsyncIterator[Response]) -> None:
+    async def _read(self, responses: AsyncIterator[bytes]) -> None:
         async for response in responses:
-            self.responses.append(response)
+            self.responses.append(Response.FromString(response))
             self._arrived.set()
 
     async def wait(self, count: int) -> None:

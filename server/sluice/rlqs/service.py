@@ -24,12 +24,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from sluice.bounds import RequestBounds
 from sluice.clock import Clock
 from sluice.edge.status import GrpcError, Status
 from sluice.grpc.core import DRAINING_MESSAGE
-from sluice.policies.descriptor_text import format_entries
 from sluice.policies.snapshot import Snapshot
 from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL, TOKEN_BUCKET, BucketIndex
 from sluice.rlqs.exchange import DemandExchange, LocalExchange
@@ -143,9 +141,10 @@ class QuotaService:
 
     async def stream(
         self, requests: AsyncIterator[Any], context: object = None
-    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
-        """The responses of one StreamRateLimitQuotas call. ``context`` (the transport's)
-        is not used: it lets the edge call this as the handler itself."""
+    ) -> AsyncIterator[bytes]:
+        """The responses of one StreamRateLimitQuotas call, as RateLimitQuotaResponse bytes.
+        ``context`` (the transport's) is not used: it lets the edge call this as the handler
+        itself."""
         if self._draining:
             raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
         open_ = _Open(
@@ -186,9 +185,7 @@ class QuotaService:
             return
         open_.outbox.put_nowait(_END)  # the data plane closed its side: so do we
 
-    async def _on_report(
-        self, open_: _Open, message: Any
-    ) -> rlqs_pb2.RateLimitQuotaResponse | None:
+    async def _on_report(self, open_: _Open, message: Any) -> bytes | None:
         report = read_report(message, self.settings.bounds)
         stream = open_.stream
         now = self._clock.now()
@@ -279,7 +276,10 @@ class QuotaService:
             if usage.allowed:
                 self._recorder.record(rule, ALLOWED, cost=usage.allowed)
             if usage.denied:
-                offender = format_entries(usage.bucket)
+                # As ShouldRateLimit records it: the counter key after the domain.
+                share_key = bucket.governed.share_key
+                parts = share_key[1:] if share_key else (p for kv in usage.bucket for p in kv)
+                offender = ",".join(parts)
                 self._recorder.record(rule, OVER_LIMIT, cost=usage.denied, offender=offender)
 
     def _count(self, actions: list[Action]) -> None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 
 from sluice.edge.status import GrpcError, Status
-from sluice.rlqs.assignment import changed_enough, token_bucket
+from sluice.rlqs.assignment import TokenBucket, changed_enough, token_bucket
 from sluice.rlqs.buckets import DENY_ALL, TOKEN_BUCKET, BucketIndex, Governed
 from sluice.rlqs.shares import Demand, weight
 from sluice.rlqs.wire import Action, BucketKey, Report
@@ -21,6 +21,7 @@ __all__ = ["Bucket", "Stream"]
 
 class Bucket:
     __slots__ = (
+        "computed",
         "demand",
         "governed",
         "last_elapsed_s",
@@ -39,6 +40,9 @@ class Bucket:
         self.share: float | None = None
         self.sent: Action | None = None
         self.sent_at_s = -math.inf
+        # (share, governed, bucket): the last token bucket computed, reused while both hold
+        # (most buckets have one stream, whose share stays 1).
+        self.computed: tuple[float, Governed, TokenBucket] | None = None
 
     @property
     def weight(self) -> float:
@@ -128,7 +132,12 @@ class Stream:
         if share <= 0:
             # Nothing is free yet: the other holders give their part back within a rebalance.
             return Action(key, DENY_ALL, self.ttl_s)
-        new = token_bucket(governed.rate_per_s * share, governed.burst * share)
+        computed = bucket.computed
+        if computed is not None and computed[0] == share and computed[1] is governed:
+            new = computed[2]
+        else:
+            new = token_bucket(governed.rate_per_s * share, governed.burst * share)
+            bucket.computed = (share, governed, new)
         sent = bucket.sent
         old = sent.token_bucket if sent is not None else None
         if old is not None and not changed_enough(old, new):

@@ -49,7 +49,7 @@ class Harness:
             ),
         )
 
-    def open(self) -> tuple[Feed, AsyncIterator[Response]]:
+    def open(self) -> tuple[Feed, AsyncIterator[bytes]]:
         feed = Feed()
         return feed, self.service.stream(feed)
 
@@ -169,7 +169,7 @@ async def test_snapshot_changed_wakes_the_rebalance_at_once(harness: Harness) ->
         await next_response(responses)
         harness.snapshot = snapshot(POLICY.replace("100", "50"))
         harness.service.snapshot_changed()  # rebalance_interval_s is 1 s; next_response waits 2
-        assert rate(await asyncio.wait_for(anext(responses), 0.5)) == 50
+        assert rate(Response.FromString(await asyncio.wait_for(anext(responses), 0.5))) == 50
         feed.close()
     finally:
         await harness.service.stop()
@@ -184,6 +184,8 @@ async def test_reported_counts_feed_usage_marked_as_rlqs(harness: Harness) -> No
     assert list(usage) == ["api.tenant" + RLQS_USAGE_SUFFIX]
     counts = usage["api.tenant" + RLQS_USAGE_SUFFIX].counts
     assert (counts[ALLOWED], counts[OVER_LIMIT]) == (40, 7)
+    offenders = usage["api.tenant" + RLQS_USAGE_SUFFIX].offenders
+    assert offenders is not None and offenders.top() == [("tenant,acme", 7)]  # as the limiter's
     feed.close()
 
 
