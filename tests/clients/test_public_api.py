@@ -10,8 +10,10 @@ import pytest
 import sluice_client
 from sluice_client import (
     AsyncClient,
+    AsyncQuota,
     Client,
     InvalidRequest,
+    Quota,
     RateLimited,
     SluiceError,
     SluiceUnavailable,
@@ -20,6 +22,7 @@ from sluice_client import (
 PUBLIC = {
     "sluice_client": [
         "AsyncClient",
+        "AsyncQuota",
         "Client",
         "Decision",
         "Descriptor",
@@ -28,6 +31,8 @@ PUBLIC = {
         "InvalidRequest",
         "Limit",
         "OnUnavailable",
+        "Quota",
+        "QuotaDecision",
         "RateLimited",
         "SluiceError",
         "SluiceUnavailable",
@@ -44,7 +49,9 @@ PUBLIC = {
         "DescriptorLike",
         "Limit",
         "OnUnavailable",
+        "QuotaDecision",
     ],
+    "sluice_client.quota": ["AsyncQuota", "Quota"],
     "sluice_client.headers": ["rate_limit_headers", "retry_after"],
     "sluice_client.sources": ["Source", "constant", "each", "nested"],
     "sluice_client.asgi": [
@@ -101,6 +108,21 @@ def test_everything_but_the_obvious_is_keyword_only(cls: type) -> None:
         async_params = inspect.signature(getattr(AsyncClient, name)).parameters
         assert list(sync_params) == list(async_params)
     assert inspect.iscoroutinefunction(AsyncClient.check)
+    assert positional(cls.quota) == ["self", "domain"]
+
+
+def test_quota_allow_is_the_same_call_and_never_awaited() -> None:
+    for cls in (Quota, AsyncQuota):
+        params = inspect.signature(cls.allow).parameters
+        assert list(params) == ["self", "bucket", "cost"]
+        assert params["cost"].kind is inspect.Parameter.KEYWORD_ONLY
+    # Deciding makes no network call, so there is nothing to await.
+    assert not inspect.iscoroutinefunction(AsyncQuota.allow)
+    assert inspect.iscoroutinefunction(AsyncQuota.close)
+    for name in ("quota",):
+        sync_params = inspect.signature(getattr(Client, name)).parameters
+        async_params = inspect.signature(getattr(AsyncClient, name)).parameters
+        assert list(sync_params) == list(async_params)
 
 
 def test_version() -> None:

@@ -2,7 +2,9 @@
 
 ``Client`` (blocking) and ``AsyncClient`` (asyncio) ask ``check()`` once or ``acquire()``
 (wait until admitted, up to a bound). Integrations: ``sluice_client.asgi`` (middleware) and
-``sluice_client.grpc_interceptor`` (grpc.aio servers). Exceptions: see ``sluice_client.errors``.
+``sluice_client.grpc_interceptor`` (grpc.aio servers). ``quota(domain)`` returns a ``Quota``
+(``AsyncQuota``) that decides in process from assignments Sluice streams (RLQS).
+Exceptions: see ``sluice_client.errors``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from sluice_client.aio import AsyncClient
 from sluice_client.client import Client
 from sluice_client.errors import InvalidRequest, RateLimited, SluiceError, SluiceUnavailable
 from sluice_client.headers import rate_limit_headers
+from sluice_client.quota import AsyncQuota, Quota
 from sluice_client.types import (
     Decision,
     Descriptor,
@@ -18,10 +21,12 @@ from sluice_client.types import (
     DescriptorLike,
     Limit,
     OnUnavailable,
+    QuotaDecision,
 )
 
 __all__ = [
     "AsyncClient",
+    "AsyncQuota",
     "Client",
     "Decision",
     "Descriptor",
@@ -30,6 +35,8 @@ __all__ = [
     "InvalidRequest",
     "Limit",
     "OnUnavailable",
+    "Quota",
+    "QuotaDecision",
     "RateLimited",
     "SluiceError",
     "SluiceUnavailable",
