@@ -1,0 +1,194 @@
+"""Quota and AsyncQuota against a live ``sluice serve`` over RLQS: the assigned rate admitted
+in process with no ShouldRateLimit call, blanket rules, and ``on_unavailable`` while Sluice
+is stopped, until it is back.
+
+Rates are measured over wall time (what is under test is a rate); waits poll for a state
+with a deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import pytest
+
+from sluice_client import AsyncClient, Client, OnUnavailable, QuotaDecision, SluiceUnavailable
+from sluice_client.quota import Quota
+from tests.support.processes import SluiceProcess, free_port, sluice_serve
+
+DOMAIN = "quota"
+RATE = 20  # per second, burst RATE: a token bucket of RATE a second holding RATE
+POLICY = f"""\
+domain: {DOMAIN}
+descriptors:
+  - key: tenant
+    rate_limit: {{unit: second, requests_per_unit: {RATE}}}
+  - key: blocked
+    rate_limit: {{unit: second, requests_per_unit: 0}}
+  - key: free
+    rate_limit: {{unlimited: true}}
+"""
+TTL_S = 2
+
+
+@contextmanager
+def _serve(workdir: Path, ports: tuple[int, int] | None = None) -> Iterator[SluiceProcess]:
+    workdir.mkdir(exist_ok=True)
+    policy = workdir / "policy.yaml"
+    policy.write_text(POLICY)
+    with sluice_serve(
+        workdir, config=policy, extra_args=["--rlqs-assignment-ttl-s", str(TTL_S)], ports=ports
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def quota_sluice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceProcess]:
+    with _serve(tmp_path_factory.mktemp("sluice-quota")) as server:
+        yield server
+
+
+def metric(server: SluiceProcess, name: str) -> float:
+    """The sum of every sample of ``name`` on the server's /metrics (0 when absent)."""
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        sample, _, value = line.rpartition(" ")
+        if sample == name or sample.startswith(name + "{"):
+            total += float(value)
+    return total
+
+
+def wait_for(
+    quota: Quota, bucket: dict[str, str], want: Callable[[QuotaDecision], bool], timeout_s: float
+) -> QuotaDecision:
+    """The first decision ``want`` accepts (or the last one at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        decision = quota.allow(bucket)
+        if want(decision) or time.monotonic() > deadline:
+            return decision
+        time.sleep(0.01)
+
+
+def test_the_assigned_rate_is_admitted_in_process_with_no_call_per_decision(
+    quota_sluice: SluiceProcess, unique: str
+) -> None:
+    bucket = {"tenant": unique}
+    calls_before = metric(quota_sluice, "sluice_request_duration_seconds_count")
+    reports_before = metric(quota_sluice, "sluice_rlqs_reports_total")
+    with Client(quota_sluice.grpc_target, on_unavailable="deny") as client:
+        quota = client.quota(DOMAIN, report_interval_s=1.0)
+        first = quota.allow(bucket)
+        assert first == QuotaDecision(allowed=False, degraded=True)  # no assignment yet
+        assigned = wait_for(quota, bucket, lambda d: not d.degraded, timeout_s=5)
+        assert assigned == QuotaDecision(allowed=True)
+        # From the first assigned decision on: the full bucket, then RATE a second.
+        started = time.monotonic()
+        allowed, denied, decisions = 1, 0, 1
+        while (elapsed := time.monotonic() - started) < 4.0:
+            decision = quota.allow(bucket)
+            assert not decision.degraded
+            allowed += decision.allowed
+            denied += not decision.allowed
+            decisions += 1
+            time.sleep(0.002)
+    expected = RATE + RATE * elapsed
+    assert 0.9 * expected <= allowed <= 1.1 * expected, (allowed, expected, decisions)
+    assert denied > decisions / 2  # asked about ten times the rate
+    # Not one ShouldRateLimit call; a handful of stream messages for hundreds of decisions.
+    assert metric(quota_sluice, "sluice_request_duration_seconds_count") == calls_before
+    reports = metric(quota_sluice, "sluice_rlqs_reports_total") - reports_before
+    assert 1 <= reports <= 10 < decisions / 50
+
+
+def test_blanket_rules_deny_or_allow_everything(quota_sluice: SluiceProcess, unique: str) -> None:
+    with Client(quota_sluice.grpc_target, on_unavailable="allow") as client:
+        quota = client.quota(DOMAIN, report_interval_s=1.0)
+        blocked, free = {"blocked": unique}, {"free": unique}
+        assert wait_for(quota, blocked, lambda d: not d.degraded, 5) == QuotaDecision(False)
+        assert wait_for(quota, free, lambda d: not d.degraded, 5) == QuotaDecision(True)
+        assert all(quota.allow(free, cost=1000) for _ in range(500))
+        assert not any(quota.allow(blocked) for _ in range(10))
+
+
+def test_one_stream_per_domain_and_client(quota_sluice: SluiceProcess) -> None:
+    with Client(quota_sluice.grpc_target) as client:
+        quota = client.quota(DOMAIN, report_interval_s=1.0)
+        assert client.quota(DOMAIN, report_interval_s=1) is quota
+        with pytest.raises(ValueError, match="reports every 1.0s, not 2.0s"):
+            client.quota(DOMAIN, report_interval_s=2.0)
+        quota.close()
+        assert quota.closed
+        assert client.quota(DOMAIN, report_interval_s=2.0) is not quota
+    # Closing the client closed the quota it still held.
+    assert quota.closed
+
+
+def _assigned(quota: Quota, bucket: dict[str, str]) -> bool:
+    """Whether ``bucket`` holds a live assignment (decided by it, not by on_unavailable)."""
+    try:
+        return not quota.allow(bucket).degraded
+    except SluiceUnavailable:
+        return False
+
+
+def _poll(condition: Callable[[], bool], timeout_s: float, message: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("on_unavailable", ["deny", "raise"])
+def test_on_unavailable_while_sluice_is_stopped_then_assignments_resume(
+    tmp_path: Path, unique: str, on_unavailable: OnUnavailable
+) -> None:
+    bucket = {"tenant": unique}
+    ports = (free_port(), free_port())
+    with Client(f"127.0.0.1:{ports[0]}", on_unavailable=on_unavailable) as client:
+        quota = client.quota(DOMAIN, report_interval_s=0.5)
+        with _serve(tmp_path / "first", ports):
+            # Before the first assignment, on_unavailable decides.
+            expect_raise = on_unavailable == "raise"
+            with pytest.raises(SluiceUnavailable) if expect_raise else nullcontext():
+                assert quota.allow(bucket) == QuotaDecision(allowed=False, degraded=True)
+            _poll(lambda: _assigned(quota, bucket), 5, "no assignment within 5 s")
+        # Stopped (SIGTERM: Sluice ends the stream with UNAVAILABLE). The last assignment
+        # holds for its time to live, then on_unavailable decides again.
+        _poll(lambda: not _assigned(quota, bucket), TTL_S + 2, "assignment outlived its TTL")
+        if on_unavailable == "deny":
+            assert quota.allow(bucket) == QuotaDecision(allowed=False, degraded=True)
+        # Back on the same ports: the quota reconnects by itself (backoff at most 5 s).
+        with _serve(tmp_path / "second", ports):
+            _poll(lambda: _assigned(quota, bucket), 10, "no assignment after Sluice came back")
+            assert not quota.closed
+
+
+def test_async_quota_admits_the_assigned_rate(quota_sluice: SluiceProcess, unique: str) -> None:
+    bucket = {"tenant": unique}
+
+    async def run() -> tuple[int, float]:
+        async with AsyncClient(quota_sluice.grpc_target, on_unavailable="deny") as client:
+            quota = client.quota(DOMAIN, report_interval_s=1.0)
+            assert quota.allow(bucket) == QuotaDecision(allowed=False, degraded=True)
+            deadline = time.monotonic() + 5
+            while quota.allow(bucket).degraded:
+                assert time.monotonic() < deadline, "no assignment within 5 s"
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            allowed = 1
+            while (elapsed := time.monotonic() - started) < 3.0:
+                allowed += quota.allow(bucket).allowed
+                await asyncio.sleep(0.002)
+            return allowed, elapsed
+
+    allowed, elapsed = asyncio.run(run())
+    expected = RATE + RATE * elapsed
+    assert 0.9 * expected <= allowed <= 1.1 * expected, (allowed, expected)
