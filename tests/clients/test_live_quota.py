@@ -9,6 +9,8 @@ with a deadline, never a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -118,7 +120,7 @@ def test_blanket_rules_deny_or_allow_everything(quota_sluice: SluiceProcess, uni
         assert not any(quota.allow(blocked) for _ in range(10))
 
 
-def test_one_stream_per_domain_and_client(quota_sluice: SluiceProcess) -> None:
+def test_one_quota_per_domain_and_client(quota_sluice: SluiceProcess) -> None:
     with Client(quota_sluice.grpc_target) as client:
         quota = client.quota(DOMAIN, report_interval_s=1.0)
         assert client.quota(DOMAIN, report_interval_s=1) is quota
@@ -153,13 +155,15 @@ def test_on_unavailable_while_sluice_is_stopped_then_assignments_resume(
     bucket = {"tenant": unique}
     ports = (free_port(), free_port())
     with Client(f"127.0.0.1:{ports[0]}", on_unavailable=on_unavailable) as client:
+        # Opened before Sluice is up, as an application starting first would.
         quota = client.quota(DOMAIN, report_interval_s=0.5)
         with _serve(tmp_path / "first", ports):
             # Before the first assignment, on_unavailable decides.
             expect_raise = on_unavailable == "raise"
             with pytest.raises(SluiceUnavailable) if expect_raise else nullcontext():
                 assert quota.allow(bucket) == QuotaDecision(allowed=False, degraded=True)
-            _poll(lambda: _assigned(quota, bucket), 5, "no assignment within 5 s")
+            # The channel's reconnection backoff is capped at 5 s.
+            _poll(lambda: _assigned(quota, bucket), 10, "no assignment within 10 s")
         # Stopped (SIGTERM: Sluice ends the stream with UNAVAILABLE). The last assignment
         # holds for its time to live, then on_unavailable decides again.
         _poll(lambda: not _assigned(quota, bucket), TTL_S + 2, "assignment outlived its TTL")
@@ -192,3 +196,67 @@ def test_async_quota_admits_the_assigned_rate(quota_sluice: SluiceProcess, uniqu
     allowed, elapsed = asyncio.run(run())
     expected = RATE + RATE * elapsed
     assert 0.9 * expected <= allowed <= 1.1 * expected, (allowed, expected)
+
+
+def test_allow_from_many_threads_admits_the_assigned_rate_once(
+    quota_sluice: SluiceProcess, unique: str
+) -> None:
+    bucket = {"tenant": unique}
+    with Client(quota_sluice.grpc_target, on_unavailable="deny") as client:
+        quota = client.quota(DOMAIN, report_interval_s=1.0)
+        assert wait_for(quota, bucket, lambda d: not d.degraded, 5) == QuotaDecision(True)
+        counts = [0] * 4
+        started = time.monotonic()
+
+        def hammer(index: int) -> None:
+            while time.monotonic() - started < 2.0:
+                counts[index] += quota.allow(bucket).allowed
+
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in range(len(counts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+    # What was left of the burst after the first decision, then RATE a second: shared by the
+    # threads, never handed out twice.
+    expected = RATE - 1 + RATE * elapsed
+    assert 0.9 * expected <= sum(counts) <= 1.1 * expected, (counts, expected)
+
+
+def test_a_domain_without_a_policy_is_logged_and_decided_by_on_unavailable(
+    quota_sluice: SluiceProcess, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="sluice_client.quota"),
+        Client(quota_sluice.grpc_target, on_unavailable="allow") as client,
+    ):
+        quota = client.quota(f"no-such-domain-{unique}", report_interval_s=1.0)
+        assert quota.allow({"tenant": unique}) == QuotaDecision(allowed=True, degraded=True)
+        deadline = time.monotonic() + 5
+        while not caplog.records:
+            assert time.monotonic() < deadline, "the stream's failure was not logged"
+            time.sleep(0.02)
+        assert "NOT_FOUND" in caplog.records[0].getMessage()
+        assert quota.allow({"tenant": unique}) == QuotaDecision(allowed=True, degraded=True)
+
+
+def test_async_quota_outside_the_event_loop_is_refused_clearly(unreachable_target: str) -> None:
+    quota = AsyncClient(unreachable_target).quota(DOMAIN)
+    with pytest.raises(RuntimeError, match="inside the running event loop"):
+        quota.allow({"tenant": "a"})
+
+
+def test_async_quota_without_sluice_falls_back_and_closes(unreachable_target: str) -> None:
+    async def run() -> list[QuotaDecision]:
+        client = AsyncClient(unreachable_target, on_unavailable="deny")
+        quota = client.quota(DOMAIN, report_interval_s=0.1)
+        decisions = []
+        for _ in range(5):
+            decisions.append(quota.allow({"tenant": "a"}))
+            await asyncio.sleep(0.05)  # lets the task try (and fail) to stream meanwhile
+        await client.close()
+        assert quota.closed
+        return decisions
+
+    assert asyncio.run(run()) == [QuotaDecision(allowed=False, degraded=True)] * 5

@@ -121,7 +121,12 @@ class Quota:
             with self._lock:
                 self._state.stream_started()
                 self._stream = token
-            call = self._stub.StreamRateLimitQuotas(self._requests(token), metadata=self._metadata)
+            # wait_for_ready: while Sluice is unreachable the call waits for the channel's
+            # own reconnection (backoff capped at 5 s, _channel.py) instead of failing at once
+            # and adding this loop's backoff on top of it.
+            call = self._stub.StreamRateLimitQuotas(
+                self._requests(token), metadata=self._metadata, wait_for_ready=True
+            )
             self._call = call
             if self._closed.is_set():
                 call.cancel()
@@ -238,7 +243,13 @@ class AsyncQuota:
         self._stopped: asyncio.Event | None = None
 
     def _start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "AsyncQuota: the first allow() must be called inside the running event loop "
+                "(it starts the stream there); from threads, use Client.quota"
+            ) from None
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._task = self._loop.create_task(self._run(), name=f"sluice-quota-{self.domain}")
@@ -268,7 +279,9 @@ class AsyncQuota:
             with self._lock:
                 self._state.stream_started()
             self._stream = token
-            call = stub.StreamRateLimitQuotas(self._requests(token), metadata=self._metadata)
+            call = stub.StreamRateLimitQuotas(
+                self._requests(token), metadata=self._metadata, wait_for_ready=True
+            )
             self._call = call
             try:
                 async for response in call:
