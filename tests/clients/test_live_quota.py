@@ -118,6 +118,9 @@ def test_blanket_rules_deny_or_allow_everything(quota_sluice: SluiceProcess, uni
         assert wait_for(quota, free, lambda d: not d.degraded, 5) == QuotaDecision(True)
         assert all(quota.allow(free, cost=1000) for _ in range(500))
         assert not any(quota.allow(blocked) for _ in range(10))
+        quota.close()
+        # Closed: nothing is held any more, on_unavailable decides.
+        assert quota.allow(blocked) == QuotaDecision(allowed=True, degraded=True)
 
 
 def test_one_quota_per_domain_and_client(quota_sluice: SluiceProcess) -> None:

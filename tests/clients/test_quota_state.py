@@ -214,3 +214,13 @@ def test_reconnect_delay_doubles_up_to_five_seconds_with_jitter() -> None:
     )
     assert reconnect_delay_s(0, jitter=0.0) == pytest.approx(0.05)
     assert reconnect_delay_s(10_000, jitter=0.0) == pytest.approx(2.5)
+
+
+def test_dropped_assignments_fall_back_at_once() -> None:
+    quota = state()
+    quota.decide(ACME, 1, now_s=0.0, fallback=False)
+    quota.apply([Action(ACME_KEY, "allow_all", ttl_s=15.0)], now_s=0.0)
+    quota.drop_assignments()
+    assert quota.decide(ACME, 1, now_s=1.0, fallback=False)[0] == QuotaDecision(
+        False, degraded=True
+    )

@@ -237,6 +237,11 @@ class QuotaState:
             if entry.held is not None and entry.held.expires_s is None:
                 entry.held = None
 
+    def drop_assignments(self) -> None:
+        """The quota is closed: every bucket falls back from now on."""
+        for entry in self._buckets.values():
+            entry.held = None
+
     def held_strategy(self, bucket: Mapping[str, str], *, now_s: float) -> Strategy | None:
         """The live assignment of ``bucket`` (None when it has none): for tests and logs."""
         entry = self._buckets.get(bucket_key(bucket))

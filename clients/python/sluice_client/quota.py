@@ -179,6 +179,7 @@ class Quota:
             return
         self._closed.set()
         with self._lock:
+            self._state.drop_assignments()
             self._lock.notify_all()
         call = self._call
         if call is not None:
@@ -351,6 +352,8 @@ class AsyncQuota:
         if self._closed:
             return
         self._closed = True
+        with self._lock:
+            self._state.drop_assignments()
         if self._task is not None:
             assert self._stopped is not None
             self._stopped.set()
