@@ -263,3 +263,40 @@ def test_async_quota_without_sluice_falls_back_and_closes(unreachable_target: st
         return decisions
 
     assert asyncio.run(run()) == [QuotaDecision(allowed=False, degraded=True)] * 5
+
+
+def test_two_clients_on_one_bucket_share_the_rate_by_demand(
+    quota_sluice: SluiceProcess, unique: str
+) -> None:
+    """Each client's stream reports what it was asked; Sluice splits the rate by that demand,
+    so the busy one gets the larger share and together they stay near the rate."""
+    bucket = {"tenant": unique}
+    with (
+        Client(quota_sluice.grpc_target, on_unavailable="deny") as busy_client,
+        Client(quota_sluice.grpc_target, on_unavailable="deny") as quiet_client,
+    ):
+        busy = busy_client.quota(DOMAIN, report_interval_s=0.5)
+        quiet = quiet_client.quota(DOMAIN, report_interval_s=0.5)
+        for quota in (busy, quiet):
+            _poll(lambda q=quota: _assigned(q, bucket), 5, "no assignment within 5 s")
+        allowed = {"busy": 0, "quiet": 0}
+        started = time.monotonic()
+
+        def run(name: str, quota: Quota, pause_s: float) -> None:
+            while time.monotonic() - started < 6.0:
+                allowed[name] += quota.allow(bucket).allowed
+                time.sleep(pause_s)
+
+        threads = [
+            threading.Thread(target=run, args=("busy", busy, 0.002)),  # ~20 times the rate
+            threading.Thread(target=run, args=("quiet", quiet, 0.1)),  # half the rate
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+    # Each stream may start with a full bucket of its share; beyond that, the rate.
+    assert sum(allowed.values()) <= 1.1 * RATE * elapsed + 2 * RATE, allowed
+    assert sum(allowed.values()) >= 0.8 * RATE * elapsed, allowed
+    assert allowed["busy"] > allowed["quiet"] > 0, allowed
