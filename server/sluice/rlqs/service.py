@@ -28,7 +28,6 @@ from sluice.bounds import RequestBounds
 from sluice.clock import Clock
 from sluice.edge.status import GrpcError, Status
 from sluice.grpc.core import DRAINING_MESSAGE
-from sluice.policies.descriptor_text import format_entries
 from sluice.policies.snapshot import Snapshot
 from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL, TOKEN_BUCKET, BucketIndex
 from sluice.rlqs.exchange import DemandExchange, LocalExchange
@@ -277,7 +276,10 @@ class QuotaService:
             if usage.allowed:
                 self._recorder.record(rule, ALLOWED, cost=usage.allowed)
             if usage.denied:
-                offender = format_entries(usage.bucket)
+                # As ShouldRateLimit records it: the counter key after the domain.
+                share_key = bucket.governed.share_key
+                parts = share_key[1:] if share_key else (p for kv in usage.bucket for p in kv)
+                offender = ",".join(parts)
                 self._recorder.record(rule, OVER_LIMIT, cost=usage.denied, offender=offender)
 
     def _count(self, actions: list[Action]) -> None:

@@ -184,6 +184,8 @@ async def test_reported_counts_feed_usage_marked_as_rlqs(harness: Harness) -> No
     assert list(usage) == ["api.tenant" + RLQS_USAGE_SUFFIX]
     counts = usage["api.tenant" + RLQS_USAGE_SUFFIX].counts
     assert (counts[ALLOWED], counts[OVER_LIMIT]) == (40, 7)
+    offenders = usage["api.tenant" + RLQS_USAGE_SUFFIX].offenders
+    assert offenders is not None and offenders.top() == [("tenant,acme", 7)]  # as the limiter's
     feed.close()
 
 
