@@ -10,8 +10,10 @@ import pytest
 import sluice_client
 from sluice_client import (
     AsyncClient,
+    AsyncQuota,
     Client,
     InvalidRequest,
+    Quota,
     RateLimited,
     SluiceError,
     SluiceUnavailable,
@@ -21,6 +23,7 @@ PUBLIC = {
     "sluice_client": [
         "AsyncClient",
         "AsyncLease",
+        "AsyncQuota",
         "Client",
         "Decision",
         "Descriptor",
@@ -30,6 +33,8 @@ PUBLIC = {
         "Lease",
         "Limit",
         "OnUnavailable",
+        "Quota",
+        "QuotaDecision",
         "RateLimited",
         "SluiceError",
         "SluiceUnavailable",
@@ -47,7 +52,9 @@ PUBLIC = {
         "DescriptorLike",
         "Limit",
         "OnUnavailable",
+        "QuotaDecision",
     ],
+    "sluice_client.quota": ["AsyncQuota", "Quota"],
     "sluice_client.headers": ["rate_limit_headers", "retry_after"],
     "sluice_client.sources": ["Source", "constant", "each", "nested"],
     "sluice_client.asgi": [
@@ -105,6 +112,21 @@ def test_everything_but_the_obvious_is_keyword_only(cls: type) -> None:
         async_params = inspect.signature(getattr(AsyncClient, name)).parameters
         assert list(sync_params) == list(async_params)
     assert inspect.iscoroutinefunction(AsyncClient.check)
+    assert positional(cls.quota) == ["self", "domain"]
+
+
+def test_quota_allow_is_the_same_call_and_never_awaited() -> None:
+    for cls in (Quota, AsyncQuota):
+        params = inspect.signature(cls.allow).parameters
+        assert list(params) == ["self", "bucket", "cost"]
+        assert params["cost"].kind is inspect.Parameter.KEYWORD_ONLY
+    # Deciding makes no network call, so there is nothing to await.
+    assert not inspect.iscoroutinefunction(AsyncQuota.allow)
+    assert inspect.iscoroutinefunction(AsyncQuota.close)
+    for name in ("quota",):
+        sync_params = inspect.signature(getattr(Client, name)).parameters
+        async_params = inspect.signature(getattr(AsyncClient, name)).parameters
+        assert list(sync_params) == list(async_params)
 
 
 def test_version() -> None:

@@ -2,8 +2,10 @@
 
 ``Client`` (blocking) and ``AsyncClient`` (asyncio) ask ``check()`` once or ``acquire()``
 (wait until admitted, up to a bound), or take a concurrency ``lease()`` (renewed while
-held). Integrations: ``sluice_client.asgi`` (middleware) and ``sluice_client.grpc_interceptor``
-(grpc.aio servers). Exceptions: see ``sluice_client.errors``.
+held). ``quota(domain)`` returns a ``Quota`` (``AsyncQuota``) that decides in process from
+assignments Sluice streams (RLQS). Integrations: ``sluice_client.asgi`` (middleware) and
+``sluice_client.grpc_interceptor`` (grpc.aio servers). Exceptions: see
+``sluice_client.errors``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from sluice_client.client import Client
 from sluice_client.errors import InvalidRequest, RateLimited, SluiceError, SluiceUnavailable
 from sluice_client.headers import rate_limit_headers
 from sluice_client.lease import AsyncLease, Lease
+from sluice_client.quota import AsyncQuota, Quota
 from sluice_client.types import (
     Decision,
     Descriptor,
@@ -20,11 +23,13 @@ from sluice_client.types import (
     DescriptorLike,
     Limit,
     OnUnavailable,
+    QuotaDecision,
 )
 
 __all__ = [
     "AsyncClient",
     "AsyncLease",
+    "AsyncQuota",
     "Client",
     "Decision",
     "Descriptor",
@@ -34,6 +39,8 @@ __all__ = [
     "Lease",
     "Limit",
     "OnUnavailable",
+    "Quota",
+    "QuotaDecision",
     "RateLimited",
     "SluiceError",
     "SluiceUnavailable",

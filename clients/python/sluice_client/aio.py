@@ -18,6 +18,7 @@ from sluice_client._channel import ChannelConfig, PemSource, channel_config
 from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice_client._proto.sluice.lease.v1 import lease_pb2_grpc
 from sluice_client.lease import AsyncLease
+from sluice_client.quota import DEFAULT_REPORT_INTERVAL_S, AsyncQuota
 from sluice_client.types import Decision, DescriptorLike, OnUnavailable
 
 __all__ = ["AsyncClient"]
@@ -60,9 +61,10 @@ class AsyncClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub: rls_pb2_grpc.RateLimitServiceStub | None = None
         self._lease_stub: lease_pb2_grpc.LeaseServiceStub | None = None
+        self._quotas: dict[str, AsyncQuota] = {}
 
-    def _get_stub(self) -> rls_pb2_grpc.RateLimitServiceStub:
-        if self._stub is None:
+    def _get_channel(self) -> grpc.aio.Channel:
+        if self._channel is None:
             config = self._config
             if config.credentials is None:
                 self._channel = grpc.aio.insecure_channel(config.target, options=config.options)
@@ -70,13 +72,16 @@ class AsyncClient:
                 self._channel = grpc.aio.secure_channel(
                     config.target, config.credentials, options=config.options
                 )
-            self._stub = rls_pb2_grpc.RateLimitServiceStub(self._channel)
-            self._lease_stub = lease_pb2_grpc.LeaseServiceStub(self._channel)
+        return self._channel
+
+    def _get_stub(self) -> rls_pb2_grpc.RateLimitServiceStub:
+        if self._stub is None:
+            self._stub = rls_pb2_grpc.RateLimitServiceStub(self._get_channel())
         return self._stub
 
     def _get_lease_stub(self) -> lease_pb2_grpc.LeaseServiceStub:
-        self._get_stub()
-        assert self._lease_stub is not None
+        if self._lease_stub is None:
+            self._lease_stub = lease_pb2_grpc.LeaseServiceStub(self._get_channel())
         return self._lease_stub
 
     async def check(
@@ -147,12 +152,43 @@ class AsyncClient:
             metadata=self._metadata,
         )
 
+    def quota(
+        self, domain: str, *, report_interval_s: float = DEFAULT_REPORT_INTERVAL_S
+    ) -> AsyncQuota:
+        """As ``Client.quota``; the stream starts as a task of the running event loop on the
+        first ``allow()`` (or ``async with``), so this may be called before any loop runs."""
+        quota = self._quotas.get(domain)
+        if quota is not None:
+            if quota.report_interval_s != report_interval_s:
+                raise ValueError(
+                    f"report_interval_s: the open quota for domain {domain!r} reports "
+                    f"every {quota.report_interval_s}s, not {report_interval_s}s"
+                )
+            return quota
+        quota = AsyncQuota(
+            self._get_channel,
+            domain,
+            report_interval_s=report_interval_s,
+            on_unavailable=self._on_unavailable,
+            metadata=self._metadata,
+            on_close=self._forget_quota,
+        )
+        self._quotas[domain] = quota
+        return quota
+
+    def _forget_quota(self, quota: AsyncQuota) -> None:
+        if self._quotas.get(quota.domain) is quota:
+            del self._quotas[quota.domain]
+
     def _failed(self, error: grpc.RpcError, request: rls_pb2.RateLimitRequest) -> Decision:
         return _wire.decision_from_error(
             error, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
         )
 
     async def close(self) -> None:
+        """Close the quotas' streams, then the channel."""
+        for quota in list(self._quotas.values()):
+            await quota.close()
         if self._channel is not None:
             await self._channel.close(grace=None)
         self._channel = self._stub = self._lease_stub = None

@@ -3,6 +3,7 @@ and acquire()'s waiting policy come from the shared pure modules."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -16,6 +17,7 @@ from sluice_client._channel import PemSource, channel_config
 from sluice_client._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice_client._proto.sluice.lease.v1 import lease_pb2_grpc
 from sluice_client.lease import Lease
+from sluice_client.quota import DEFAULT_REPORT_INTERVAL_S, Quota
 from sluice_client.types import Decision, DescriptorLike, OnUnavailable
 
 __all__ = ["Client"]
@@ -66,6 +68,8 @@ class Client:
             )
         self._stub = rls_pb2_grpc.RateLimitServiceStub(self._channel)
         self._lease_stub = lease_pb2_grpc.LeaseServiceStub(self._channel)
+        self._quotas: dict[str, Quota] = {}
+        self._quotas_lock = threading.Lock()
 
     def check(
         self,
@@ -142,12 +146,48 @@ class Client:
             metadata=self._metadata,
         )
 
+    def quota(self, domain: str, *, report_interval_s: float = DEFAULT_REPORT_INTERVAL_S) -> Quota:
+        """A limiter for ``domain`` that decides in process, from the token buckets Sluice
+        assigns over one RLQS stream (opened now, run by a background thread): no call per
+        decision. One stream per domain: asking again for an open domain returns the same
+        Quota (with the same ``report_interval_s``). ``on_unavailable`` decides for a bucket
+        without a live assignment."""
+        with self._quotas_lock:
+            quota = self._quotas.get(domain)
+            if quota is not None:
+                if quota.report_interval_s != report_interval_s:
+                    raise ValueError(
+                        f"report_interval_s: the open quota for domain {domain!r} reports "
+                        f"every {quota.report_interval_s}s, not {report_interval_s}s"
+                    )
+                return quota
+            quota = Quota(
+                self._channel,
+                domain,
+                report_interval_s=report_interval_s,
+                on_unavailable=self._on_unavailable,
+                metadata=self._metadata,
+                on_close=self._forget_quota,
+            )
+            self._quotas[domain] = quota
+            return quota
+
+    def _forget_quota(self, quota: Quota) -> None:
+        with self._quotas_lock:
+            if self._quotas.get(quota.domain) is quota:
+                del self._quotas[quota.domain]
+
     def _failed(self, error: grpc.RpcError, request: rls_pb2.RateLimitRequest) -> Decision:
         return _wire.decision_from_error(
             error, descriptor_count=len(request.descriptors), on_unavailable=self._on_unavailable
         )
 
     def close(self) -> None:
+        """Close the quotas' streams, then the channel."""
+        with self._quotas_lock:
+            quotas = list(self._quotas.values())
+        for quota in quotas:
+            quota.close()
         self._channel.close()
 
     def __enter__(self) -> Client:

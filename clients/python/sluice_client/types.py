@@ -17,6 +17,7 @@ __all__ = [
     "DescriptorLike",
     "Limit",
     "OnUnavailable",
+    "QuotaDecision",
 ]
 
 # Fixed lengths, as Sluice and envoyproxy/ratelimit count them (a month is 30 days).
@@ -129,3 +130,17 @@ class Decision:
         if not self.allowed:
             return 0.0
         return max((s.delay_s for s in self.statuses), default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    """A quota's answer for one request, decided in process (``Quota.allow``). True in a
+    boolean context when allowed. ``degraded`` marks a decision made by the client's
+    ``on_unavailable`` choice because no live assignment was held for the bucket (none yet,
+    expired, or the stream to Sluice is down past the assignment's time to live)."""
+
+    allowed: bool
+    degraded: bool = False
+
+    def __bool__(self) -> bool:
+        return self.allowed
