@@ -33,6 +33,8 @@ from sluice.policies.store import PolicyStore
 from sluice.policies.watcher import ConfigWatcher
 from sluice.readiness import Readiness
 from sluice.redaction import redact_url
+from sluice.rlqs.exchange import DemandExchange, LocalExchange, RedisExchange
+from sluice.rlqs.service import QuotaService, QuotaSettings
 from sluice.settings import Settings
 from sluice.statsd import StatsdSink, parse_tags
 from sluice.tls import ServerTls
@@ -67,6 +69,22 @@ def make_backend(settings: Settings) -> Backend:
     if settings.local_cache:
         backend = OverLimitCache(backend, max_keys=settings.local_cache_max_keys)
     return backend
+
+
+def make_exchange(settings: Settings) -> DemandExchange:
+    """How RLQS instances agree on shares: through Redis when state lives there (every
+    instance sharing it shares the limits), else this instance alone."""
+    if settings.backend != "redis":
+        return LocalExchange()
+    client = connect(
+        settings.redis_url,
+        pool_size=4,
+        timeout_s=settings.redis_timeout_ms / 1000,
+        tls=RedisTls(
+            settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
+        ),
+    )
+    return RedisExchange(client, key_prefix=settings.redis_key_prefix)
 
 
 def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> StatsdSink | None:
@@ -149,6 +167,19 @@ class Sluice:
         self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
         self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd)
+        # StreamRateLimitQuotas, whichever transport serves it; its streams end on stop.
+        self.quota = QuotaService(
+            lambda: self.snapshot,
+            self.clock,
+            settings=QuotaSettings(
+                ttl_s=settings.rlqs_assignment_ttl_s,
+                max_buckets_per_stream=settings.rlqs_max_buckets_per_stream,
+                bounds=settings.request_bounds,
+            ),
+            exchange=make_exchange(settings),
+            recorder=self.recorder,
+            on_assignments=self.metrics.count_rlqs_assignments,
+        )
         self._grpc_front = grpc_front
         self._serving = False
         self._grpc: GrpcFront | None = None
@@ -170,6 +201,7 @@ class Sluice:
     def install(self, snapshot: Snapshot) -> None:
         # One assignment: a request in flight keeps the snapshot it started with.
         self.snapshot = snapshot
+        self.quota.snapshot_changed()
 
     def attach(self, store: PolicyStore) -> None:
         """Serve the policies in ``store`` and follow its changes (after ``start``)."""
@@ -240,6 +272,9 @@ class Sluice:
         state["redis_errors"] = self.limiter.backend_errors
         state["global_shadow_answers"] = self.limiter.global_shadow_answers
         state["service_errors"] = self.rls.internal_errors
+        state["rlqs_reports"] = self.quota.reports
+        state["rlqs_streams"] = self.quota.streams
+        state["rlqs_buckets"] = self.quota.buckets
         return state
 
     async def start(self, *, serving: bool = True) -> None:
@@ -258,6 +293,7 @@ class Sluice:
             credentials=self.tls.grpc_credentials() if self.tls else None,
             reuse_port=shared_ports,
             core=self.rls,
+            quota=self.quota,
             max_connection_age_s=s.grpc_max_connection_age_s,
             max_connection_age_grace_s=s.grpc_max_connection_age_grace_s,
         )
@@ -304,6 +340,7 @@ class Sluice:
         self.metrics.start()
         if self.statsd is not None:
             self.statsd.start()
+        self.quota.start()
         self._serving = serving
         if not serving:
             await self._grpc.set_serving(False)
@@ -360,6 +397,7 @@ class Sluice:
             await self.watcher.stop()
         if self.reloader is not None:
             await self.reloader.stop()
+        await self.quota.stop()  # streams end at once: data planes keep their assignments
         if self._grpc is not None:
             if not await self.rls.drain(self.settings.shutdown_grace_s):
                 log.warning("shutdown grace period over: calls still in flight are cut off")

@@ -72,12 +72,15 @@ _COUNTERS = {
     "redis_fast_failures": "Decisions failed at once because the circuit was open.",
     "redis_late_answers": "Decisions answered unavailable: Redis took longer than 3 timeouts.",
     "local_cache_refusals": "Hits refused by the local over-limit cache, without Redis.",
+    "rlqs_reports": "RLQS usage report messages received.",
 }
 # Gauges, and how live workers' values combine (dead workers' values are dropped).
 _GAUGES: dict[str, tuple[str, GaugeMode]] = {
     "config_database_up": ("1 when the last poll of the config database succeeded.", "livemin"),
     "config_from_cache": ("1 when serving the local snapshot cache, not the database.", "livemax"),
     "memory_backend_keys": ("Counters held by the memory backend.", "livesum"),
+    "rlqs_streams": ("Open RLQS streams.", "livesum"),
+    "rlqs_buckets": ("RLQS buckets held by open streams.", "livesum"),
     "redis_circuit_open": (
         "1 while a Redis circuit breaker (on Cluster: any master's) is open.",
         "livemax",
@@ -134,6 +137,12 @@ class Metrics:
             ["domain", "rule"],
             registry=own,
         )
+        self.rlqs_assignments = Counter(
+            "sluice_rlqs_assignments",
+            "RLQS bucket actions sent, by strategy (token_bucket, allow_all, deny_all).",
+            ["strategy"],
+            registry=own,
+        )
         self.request_seconds = Histogram(
             "sluice_request_duration_seconds",
             "Time to answer ShouldRateLimit, by transport and outcome.",
@@ -156,6 +165,9 @@ class Metrics:
                 self.rule_total_hits.labels(domain, rule).inc(total)
             if counts[NEAR_LIMIT]:
                 self.rule_near_limit.labels(domain, rule).inc(counts[NEAR_LIMIT])
+
+    def count_rlqs_assignments(self, strategy: str, n: int) -> None:
+        self.rlqs_assignments.labels(strategy).inc(n)
 
     def refresh(self) -> None:
         """Workers: copy this process's state values to the shared files (else nothing)."""

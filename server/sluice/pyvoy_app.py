@@ -36,7 +36,7 @@ from grpc_health.v1 import health_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.app import Sluice, freeze_startup_heap
 from sluice.edge import GrpcApp
-from sluice.edge.asgi import UNARY_UNARY
+from sluice.edge.asgi import STREAM_STREAM, UNARY_UNARY
 from sluice.edge.health import SERVICE_NAME as HEALTH_SERVICE
 from sluice.edge.health import HealthService
 from sluice.edge.reflection import add_reflection
@@ -44,12 +44,21 @@ from sluice.errors import SluiceError
 from sluice.exit_codes import describe
 from sluice.grpc.codec import encode_decision
 from sluice.grpc.core import RateLimitCore, decode_request
-from sluice.grpc.server import HEALTH_SERVICE_NAMES
+from sluice.grpc.server import HEALTH_SERVICE_NAMES, RLQS_NAME
 from sluice.logs import configure as configure_logging
 from sluice.policies.store import PolicyStore
+from sluice.rlqs.service import QuotaService
+from sluice.rlqs.wire import decode_reports
 from sluice.settings import Settings, from_arguments
 
-__all__ = ["CONTROL_FD_VARIABLE", "EdgeFront", "add_rate_limit_service", "app", "build"]
+__all__ = [
+    "CONTROL_FD_VARIABLE",
+    "EdgeFront",
+    "add_quota_service",
+    "add_rate_limit_service",
+    "app",
+    "build",
+]
 
 log = logging.getLogger("sluice")
 
@@ -64,6 +73,17 @@ def add_rate_limit_service(app: GrpcApp, core: RateLimitCore) -> None:
     """ShouldRateLimit on the edge, answered by ``core`` as grpc.aio's servicer answers (its
     refusals are the edge's own ``GrpcError``)."""
     app.add_method(RLS_PATH, UNARY_UNARY, core.decide, decode_request, encode_decision)
+
+
+def add_quota_service(app: GrpcApp, quota: QuotaService) -> None:
+    """StreamRateLimitQuotas (RLQS) on the edge: a bidirectional stream per data plane."""
+    app.add_method(
+        f"/{RLQS_NAME}/StreamRateLimitQuotas",
+        STREAM_STREAM,
+        quota.stream,
+        decode_reports,
+        lambda response: response.SerializeToString(),
+    )
 
 
 class EdgeFront:
@@ -104,8 +124,9 @@ class Embedded:
             on_shutdown=[self.shutdown],
         )
         add_rate_limit_service(self.app, self.sluice.rls)
+        add_quota_service(self.app, self.sluice.quota)
         self.health.add_to(self.app)
-        add_reflection(self.app, (RLS_NAME, HEALTH_SERVICE))
+        add_reflection(self.app, (RLS_NAME, RLQS_NAME, HEALTH_SERVICE))
         self._store: PolicyStore | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._control_task: asyncio.Task[None] | None = None

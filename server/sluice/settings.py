@@ -187,6 +187,17 @@ class Settings:
     usage_flush_interval_s: float = _setting(
         1.0, "How often usage telemetry is flushed to the config database."
     )
+    rlqs_assignment_ttl_s: int = _setting(
+        15,
+        "RLQS: how long a quota assignment holds (whole seconds) unless refreshed; Sluice "
+        "refreshes it while the data plane reports, and a data plane that loses Sluice keeps "
+        "enforcing it this long.",
+    )
+    rlqs_max_buckets_per_stream: int = _setting(
+        10_000,
+        "RLQS: buckets one stream may report; a report past it ends the stream with "
+        "RESOURCE_EXHAUSTED.",
+    )
     drain_delay_s: float = _setting(
         0.0,
         "On SIGTERM: how long to keep answering while reporting not ready (gRPC health "
@@ -406,7 +417,13 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     ):
         if getattr(settings, name) < 0:
             raise ValueError(f"{named(name)}: may not be negative")
-    for name in ("redis_timeout_ms", "redis_pool_size", "local_cache_max_keys"):
+    for name in (
+        "redis_timeout_ms",
+        "redis_pool_size",
+        "local_cache_max_keys",
+        "rlqs_assignment_ttl_s",
+        "rlqs_max_buckets_per_stream",
+    ):
         if getattr(settings, name) < 1:
             raise ValueError(f"{named(name)}: must be at least 1")
     if settings.log_level.upper() not in LOG_LEVELS:

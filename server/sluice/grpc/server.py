@@ -1,21 +1,30 @@
-"""The grpc.aio server: ShouldRateLimit, grpc.health.v1 and server reflection on one port."""
+"""The grpc.aio server: ShouldRateLimit, StreamRateLimitQuotas (RLQS), grpc.health.v1 and
+server reflection on one port."""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
+from sluice.edge.status import GrpcError
 from sluice.grpc.codec import encode_decision
 from sluice.grpc.core import RateLimitCore, decode_request
 from sluice.grpc.servicer import RateLimitServicer
 from sluice.limiter import RateLimiter
 from sluice.metrics import Metrics
+from sluice.rlqs.service import QuotaService
+from sluice.rlqs.wire import decode_reports
 
 __all__ = ["GrpcServer", "HEALTH_SERVICE_NAMES"]
 
 _RLS_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
+RLQS_NAME = rlqs_pb2.DESCRIPTOR.services_by_name["RateLimitQuotaService"].full_name
 # "" is the whole server; "ratelimit" is what envoyproxy/ratelimit's health checks ask for;
 # the service's full name is what Envoy's and Kubernetes' gRPC health checks name.
 HEALTH_SERVICE_NAMES = ("", "ratelimit", _RLS_NAME)
@@ -32,6 +41,7 @@ class GrpcServer:
         credentials: grpc.ServerCredentials | None = None,
         reuse_port: bool = False,
         core: RateLimitCore | None = None,
+        quota: QuotaService | None = None,
         max_connection_age_s: float = 0,
         max_connection_age_grace_s: float = 0,
     ) -> None:
@@ -52,11 +62,15 @@ class GrpcServer:
         self._server = grpc.aio.server(options=options)
         self.servicer = RateLimitServicer(limiter, metrics, core=core)  # drain() on shutdown
         _add_rate_limit_service(self.servicer, self._server)
+        services = [_RLS_NAME]
+        if quota is not None:
+            _add_quota_service(quota, self._server)
+            services.append(RLQS_NAME)
         # grpc-stubs (1.53) predates grpc_health's aio module and registered handlers.
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(
-            (_RLS_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+            (*services, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
         )
         address = f"{host}:{port}"
         if credentials is None:
@@ -101,3 +115,26 @@ def _add_rate_limit_service(servicer: RateLimitServicer, server: grpc.aio.Server
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_RLS_NAME, handlers),))
     # Registered handlers are looked up without the generic handlers' string matching.
     server.add_registered_method_handlers(_RLS_NAME, handlers)  # type: ignore[attr-defined]
+
+
+def _add_quota_service(quota: QuotaService, server: grpc.aio.Server) -> None:
+    """StreamRateLimitQuotas on grpc.aio: the service's ``GrpcError`` becomes the call's
+    status."""
+
+    async def stream(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
+        try:
+            async for response in quota.stream(requests):
+                yield response
+        except GrpcError as refusal:
+            await context.abort(grpc.StatusCode[refusal.status.name], refusal.message)
+
+    handlers = {
+        "StreamRateLimitQuotas": grpc.stream_stream_rpc_method_handler(
+            stream,
+            request_deserializer=decode_reports,
+            response_serializer=rlqs_pb2.RateLimitQuotaResponse.SerializeToString,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RLQS_NAME, handlers),))

@@ -31,6 +31,7 @@ from sluice.model import LIMIT_OVERRIDES, PIN_KINDS, DomainPolicy, Pin, RateLimi
 from sluice.policies.descriptor_text import format_entries, format_time, parse_entries, parse_time
 from sluice.policies.glob import MAX_WILDCARDS
 from sluice.policies.snapshot import Snapshot
+from sluice.rlqs.buckets import ambiguous_chains
 
 __all__ = [
     "DEFAULT_MAX_LOG_LIMIT",
@@ -227,6 +228,8 @@ def load_sources(
             else:
                 first.add(policy, where, source, problems)
     policies = [m.policy for m in merged.values()]
+    for m in merged.values():
+        problems.extend(_ambiguous_buckets(m.policy, m.sources))
     if warnings is not None:
         for m in merged.values():
             warnings.extend(_unknown_replaces(m.policy, m.sources))
@@ -270,6 +273,16 @@ class _Merged:
             overrides = policy.limit_overrides
         self.sources.update({id(r): source for r in _walk(added)})
         self.policy = DomainPolicy(policy.domain, (*self.policy.descriptors, *added), overrides)
+
+
+def _ambiguous_buckets(policy: DomainPolicy, sources: dict[int, str]) -> Iterator[str]:
+    for rule, keys, earlier in ambiguous_chains(policy):
+        yield (
+            f"{sources.get(id(rule), '<merged>')}:{rule.line}: the rule chain "
+            f"{' → '.join(keys)} has the same keys as {' → '.join(earlier)} in another order, "
+            f"so an RLQS bucket with keys {{{', '.join(sorted(keys))}}} would match either; "
+            f"domain '{policy.domain}' may have only one order per set of keys"
+        )
 
 
 def _unknown_replaces(policy: DomainPolicy, sources: dict[int, str]) -> Iterator[str]:

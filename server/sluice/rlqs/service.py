@@ -1,0 +1,285 @@
+"""StreamRateLimitQuotas without a transport: the streams, the rebalance, the drain.
+
+Both gRPC transports hand ``QuotaService.stream`` the call's request messages and send
+what it yields; a refusal is raised as ``GrpcError`` (sluice/edge/status.py), as
+ShouldRateLimit's core does.
+
+Per stream, a reader task takes each report as it arrives: it subscribes the stream to the
+report's buckets and answers with an assignment for each (which refreshes its time to live).
+Every ``rebalance_interval_s``, and at once when a new snapshot is installed, the rebalance
+looks buckets up again where the policy changed, forgets those no longer reported, exchanges
+demand with the other instances and pushes the assignments that changed (or are half-way to
+expiry). On drain every stream ends with UNAVAILABLE: the data planes reconnect, to another
+instance if there is one, and keep enforcing their assignments until those expire
+(docs/rlqs.md says why Sluice does not abandon them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
+from sluice.bounds import RequestBounds
+from sluice.clock import Clock
+from sluice.edge.status import GrpcError, Status
+from sluice.grpc.core import DRAINING_MESSAGE
+from sluice.policies.descriptor_text import format_entries
+from sluice.policies.snapshot import Snapshot
+from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL, TOKEN_BUCKET, BucketIndex
+from sluice.rlqs.exchange import DemandExchange, LocalExchange
+from sluice.rlqs.session import Stream
+from sluice.rlqs.shares import Totals
+from sluice.rlqs.wire import Action, Report, encode_actions, read_report
+from sluice.usage.recorder import ALLOWED, OVER_LIMIT, UsageRecorder
+
+__all__ = ["RLQS_USAGE_SUFFIX", "QuotaService", "QuotaSettings"]
+
+log = logging.getLogger(__name__)
+
+# Usage reported over RLQS is recorded under the rule's id with this suffix, so the admin
+# and the metrics show it apart from ShouldRateLimit's (the data plane decided it).
+RLQS_USAGE_SUFFIX = " (rlqs)"
+STRATEGY_NAMES = {TOKEN_BUCKET: "token_bucket", ALLOW_ALL: "allow_all", DENY_ALL: "deny_all"}
+
+_END = object()
+ShareKey = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    ttl_s: int = 15
+    max_buckets_per_stream: int = 10_000
+    rebalance_interval_s: float = 1.0
+    bounds: RequestBounds = RequestBounds()
+
+
+class _Open:
+    """An open stream: its state, what waits to be sent on it, the index it was looked up in."""
+
+    __slots__ = ("index", "outbox", "stream")
+
+    def __init__(self, stream: Stream, index: BucketIndex) -> None:
+        self.stream = stream
+        self.outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.index = index
+
+
+class QuotaService:
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot],
+        clock: Clock,
+        *,
+        settings: QuotaSettings = QuotaSettings(),
+        exchange: DemandExchange | None = None,
+        recorder: UsageRecorder | None = None,
+        on_assignments: Callable[[str, int], None] | None = None,
+    ) -> None:
+        """``on_assignments(strategy, n)``: n bucket actions of that strategy were sent."""
+        self._snapshot = snapshot
+        self._clock = clock
+        self.settings = settings
+        self._exchange: DemandExchange = exchange if exchange is not None else LocalExchange()
+        self._recorder = recorder
+        self._on_assignments = on_assignments
+        self._open: dict[int, _Open] = {}
+        self._ids = itertools.count(1)
+        self._index = BucketIndex(snapshot())
+        self._totals: dict[ShareKey, Totals] = {}
+        self._draining = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.reports = 0  # report messages taken
+
+    # -- what /metrics reads
+
+    @property
+    def streams(self) -> int:
+        return len(self._open)
+
+    @property
+    def buckets(self) -> int:
+        return sum(len(o.stream.buckets) for o in self._open.values())
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="rlqs rebalance")
+
+    def snapshot_changed(self) -> None:
+        """A new snapshot is installed: rebalance now, not at the next interval."""
+        self._wake.set()
+
+    async def drain(self) -> None:
+        """End every stream with UNAVAILABLE, and refuse new ones."""
+        self._draining = True
+        for open_ in self._open.values():
+            open_.outbox.put_nowait(GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE))
+
+    async def stop(self) -> None:
+        await self.drain()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._exchange.close()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.rebalance_interval_s)
+            self._wake.clear()
+            try:
+                await self.rebalance()
+            except Exception:
+                log.exception("RLQS rebalance failed")
+
+    # -- one stream
+
+    async def stream(
+        self, requests: AsyncIterator[Any], context: object = None
+    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
+        """The responses of one StreamRateLimitQuotas call. ``context`` (the transport's)
+        is not used: it lets the edge call this as the handler itself."""
+        if self._draining:
+            raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
+        open_ = _Open(
+            Stream(
+                next(self._ids),
+                max_buckets=self.settings.max_buckets_per_stream,
+                ttl_s=self.settings.ttl_s,
+            ),
+            self._current_index(),
+        )
+        self._open[open_.stream.id] = open_
+        reader = asyncio.ensure_future(self._read(open_, requests))
+        try:
+            while True:
+                item = await open_.outbox.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            del self._open[open_.stream.id]
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(self, open_: _Open, requests: AsyncIterator[Any]) -> None:
+        try:
+            async for message in requests:
+                response = await self._on_report(open_, message)
+                if response is not None:
+                    open_.outbox.put_nowait(response)
+        except GrpcError as exc:
+            open_.outbox.put_nowait(exc)
+            return
+        except Exception:
+            log.exception("RLQS stream %d failed", open_.stream.id)
+            open_.outbox.put_nowait(GrpcError(Status.INTERNAL, "internal error in the stream"))
+            return
+        open_.outbox.put_nowait(_END)  # the data plane closed its side: so do we
+
+    async def _on_report(
+        self, open_: _Open, message: Any
+    ) -> rlqs_pb2.RateLimitQuotaResponse | None:
+        report = read_report(message, self.settings.bounds)
+        stream = open_.stream
+        now = self._clock.now()
+        index = self._current_index()
+        if open_.index is not index and stream.domain is not None:
+            stream.regovern(index, now, all_buckets=True)
+        open_.index = index
+        if stream.domain is None and report.domain and not index.has_domain(report.domain):
+            raise GrpcError(
+                Status.NOT_FOUND,
+                f"domain: '{report.domain}' has no policy on this server "
+                f"(publish one, or correct the data plane's domain)",
+            )
+        keys = stream.accept(report, index, now)
+        self.reports += 1
+        self._record_usage(stream, report)
+        if not keys:
+            return None
+        await self._learn_new_buckets(stream)
+        actions = [stream.assign(key, self._totals) for key in dict.fromkeys(keys)]
+        stream.sent(actions, now)
+        self._count(actions)
+        return encode_actions(actions)
+
+    async def _learn_new_buckets(self, stream: Stream) -> None:
+        """Buckets the last rebalance did not see get their totals now, so a new stream on a
+        limit other streams share starts from its share, not from all of it."""
+        new = {key for key, _ in stream.demands() if key not in self._totals}
+        if new:
+            local = self._local_totals()
+            self._totals.update(await self._exchange.exchange({k: local[k] for k in new}))
+
+    # -- every stream
+
+    async def rebalance(self) -> None:
+        now = self._clock.now()
+        index = self._current_index()
+        for open_ in self._open.values():
+            stream = open_.stream
+            if stream.domain is None:
+                continue
+            stream.regovern(index, now, all_buckets=open_.index is not index)
+            open_.index = index
+            stream.drop_silent(now)
+        self._totals = await self._exchange.exchange(self._local_totals())
+        for open_ in list(self._open.values()):
+            actions = open_.stream.due(self._totals, now)
+            if actions:
+                open_.stream.sent(actions, now)
+                self._count(actions)
+                open_.outbox.put_nowait(encode_actions(actions))
+
+    def _local_totals(self) -> dict[ShareKey, Totals]:
+        totals: dict[ShareKey, Totals] = {}
+        for open_ in self._open.values():
+            for key, demand in open_.stream.demands():
+                known = totals.get(key)
+                totals[key] = (
+                    Totals(demand, 1)
+                    if known is None
+                    else Totals(known.demand + demand, known.streams + 1)
+                )
+        return totals
+
+    def _current_index(self) -> BucketIndex:
+        snapshot = self._snapshot()
+        if self._index.snapshot is not snapshot:
+            self._index = BucketIndex(snapshot)
+        return self._index
+
+    def _record_usage(self, stream: Stream, report: Report) -> None:
+        if self._recorder is None:
+            return
+        for usage in report.usages:
+            bucket = stream.buckets.get(usage.bucket)
+            if bucket is None or not bucket.governed.rule_id:
+                continue
+            rule = bucket.governed.rule_id + RLQS_USAGE_SUFFIX
+            if usage.allowed:
+                self._recorder.record(rule, ALLOWED, cost=usage.allowed)
+            if usage.denied:
+                offender = format_entries(usage.bucket)
+                self._recorder.record(rule, OVER_LIMIT, cost=usage.denied, offender=offender)
+
+    def _count(self, actions: list[Action]) -> None:
+        if self._on_assignments is None:
+            return
+        counts: dict[int, int] = {}
+        for action in actions:
+            counts[action.kind] = counts.get(action.kind, 0) + 1
+        for kind, n in counts.items():
+            self._on_assignments(STRATEGY_NAMES[kind], n)
