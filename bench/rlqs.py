@@ -259,9 +259,7 @@ def measure(mode: str, workdir: Path, args: argparse.Namespace) -> Measured:
             messages = counted_messages(mode, sluice.http_url) - messages_before
     latencies.sort()
     p50, p99, p999 = (percentile(latencies, q) * 1000 for q in (0.5, 0.99, 0.999))
-    return Measured(
-        mode, done, non_2xx, done / args.duration, cpu, p50, p99, p999, messages
-    )
+    return Measured(mode, done, non_2xx, done / args.duration, cpu, p50, p99, p999, messages)
 
 
 def report(rows: list[Measured]) -> str:
