@@ -38,6 +38,7 @@ POLICY = EXAMPLES / "rlqs-policy.yaml"
 # The ports written in examples/envoy/rlqs.yaml.
 WRITTEN = (10000, 9903, 8000, 8081)
 LIMIT_PER_S = 20  # rlqs-policy.yaml's rate for any tenant
+ANONYMOUS_LIMIT_PER_S = 5  # its rate for every request without x-tenant, together
 WINDOW_S = 10.0
 TOLERANCE = 0.10
 
@@ -47,7 +48,7 @@ class PacedLoad:
     """GETs at ``rate_per_s`` to one Envoy for one tenant, on a thread: (time, status) each."""
 
     port: int
-    tenant: str
+    tenant: str | None  # None: no x-tenant header
     rate_per_s: float
     results: list[tuple[float, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -65,6 +66,7 @@ class PacedLoad:
 
     def _run(self) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        headers = {} if self.tenant is None else {"x-tenant": self.tenant}
         start = time.monotonic()
         sent = 0
         while not self._stop.is_set():
@@ -72,7 +74,7 @@ class PacedLoad:
             self._stop.wait(max(0.0, start + sent / self.rate_per_s - time.monotonic()))
             sent += 1
             try:
-                connection.request("GET", "/", headers={"x-tenant": self.tenant})
+                connection.request("GET", "/", headers=headers)
                 response = connection.getresponse()
                 response.read()
                 status = response.status
@@ -148,62 +150,119 @@ def _need_envoy() -> None:
         pytest.fail(str(exc))  # never a skip: a missing Envoy must not pass as green
 
 
-def test_envoy_enforces_the_assigned_rate_with_a_handful_of_messages(
-    tmp_path: Path, upstream: int
-) -> None:
+@dataclass
+class Stack:
+    sluice: SluiceProcess
+    proxy: Proxy
+
+
+@pytest.fixture(scope="module")
+def stack(upstream: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("envoy-rlqs")
     with (
-        sluice_serve(tmp_path, config=POLICY) as sluice,
-        _envoy(tmp_path, upstream, sluice.grpc_port) as envoy,
+        sluice_serve(workdir, config=POLICY) as sluice,
+        _envoy(workdir, upstream, sluice.grpc_port) as proxy,
     ):
-        reports_before = _metric(sluice, "sluice_rlqs_reports_total")
-        with PacedLoad(envoy.port, f"t-{uuid.uuid4().hex}", 3 * LIMIT_PER_S) as load:
-            first_refusal = load.wait_for(429, 10)
-            # Before the first assignment, Envoy let the bucket's requests through.
-            assert load.results[0][1] == 200, load.results[:5]
-            wait_until(lambda: time.monotonic() >= first_refusal + WINDOW_S, WINDOW_S + 5, "")
-        reports = _metric(sluice, "sluice_rlqs_reports_total") - reports_before
-        should_rate_limit_calls = _metric(sluice, "sluice_request_duration_seconds_count")
-
-        admitted = load.count(200, first_refusal, first_refusal + WINDOW_S)
-        refused = load.count(429, first_refusal, first_refusal + WINDOW_S)
-        assert load.count(0, 0, float("inf")) == 0, _diagnostics(envoy, sluice)
-        assert _within(admitted, LIMIT_PER_S * WINDOW_S), (admitted, refused)
-        assert refused > admitted  # offered 3x the limit
-        # One stream, a report every 5 s (and one at once): a handful of messages for more
-        # than a thousand requests, and not one ShouldRateLimit call.
-        assert 1 <= reports <= 2 + (WINDOW_S + 10) / 5, reports
-        assert len(load.results) > 50 * reports
-        assert should_rate_limit_calls == 0
+        yield Stack(sluice, proxy)
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
-def test_two_envoys_share_one_limit_by_demand(
-    tmp_path: Path, upstream: int, backend: str, request: pytest.FixtureRequest
-) -> None:
-    """One bucket, two Envoys: a busy one offering 3x the limit, a quiet one offering 1x.
-    Memory: both stream to one Sluice. Redis: each to its own Sluice (one per transport),
-    the two sharing one private Redis."""
-    with contextlib.ExitStack() as stack:
-        if backend == "memory":
-            sluice = stack.enter_context(sluice_serve(tmp_path, config=POLICY))
-            sluices = [sluice, sluice]
-        else:
-            redis: RedisProcess = request.getfixturevalue("private_redis")
-            sluices = []
-            for transport in ("pyvoy", "grpcio"):
-                workdir = tmp_path / transport
-                workdir.mkdir()
-                args = ["--backend", "redis", "--redis-url", redis.url, "--transport", transport]
-                sluices.append(
-                    stack.enter_context(sluice_serve(workdir, config=POLICY, extra_args=args))
-                )
-        busy_envoy, quiet_envoy = (
-            stack.enter_context(_envoy(tmp_path, upstream, s.grpc_port)) for s in sluices
+def test_envoy_enforces_the_assigned_rate_with_a_handful_of_messages(stack: Stack) -> None:
+    sluice = stack.sluice
+    reports_before = _metric(sluice, "sluice_rlqs_reports_total")
+    with PacedLoad(stack.proxy.port, f"t-{uuid.uuid4().hex}", 3 * LIMIT_PER_S) as load:
+        first_refusal = load.wait_for(429, 10)
+        # Before the first assignment, Envoy let the bucket's requests through.
+        assert load.results[0][1] == 200, load.results[:5]
+        wait_until(lambda: time.monotonic() >= first_refusal + WINDOW_S, WINDOW_S + 5, "")
+    reports = _metric(sluice, "sluice_rlqs_reports_total") - reports_before
+    should_rate_limit_calls = _metric(sluice, "sluice_request_duration_seconds_count")
+
+    admitted = load.count(200, first_refusal, first_refusal + WINDOW_S)
+    refused = load.count(429, first_refusal, first_refusal + WINDOW_S)
+    assert load.count(0, 0, float("inf")) == 0, _diagnostics(stack.proxy, sluice)
+    assert _within(admitted, LIMIT_PER_S * WINDOW_S), (admitted, refused)
+    assert refused > admitted  # offered 3x the limit
+    # One stream, a report every 5 s (and one at once): a handful of messages for more than
+    # a thousand requests, and not one ShouldRateLimit call.
+    assert 1 <= reports <= 2 + (WINDOW_S + 10) / 5, reports
+    assert len(load.results) > 50 * reports
+    assert should_rate_limit_calls == 0
+
+
+def test_requests_without_a_tenant_share_the_anonymous_bucket(stack: Stack) -> None:
+    window_s = 4.0
+    with PacedLoad(stack.proxy.port, None, 4 * ANONYMOUS_LIMIT_PER_S) as load:
+        first_refusal = load.wait_for(429, 10)
+        wait_until(lambda: time.monotonic() >= first_refusal + window_s, window_s + 5, "")
+    admitted = load.count(200, first_refusal, first_refusal + window_s)
+    expected = ANONYMOUS_LIMIT_PER_S * window_s
+    assert expected * 0.8 <= admitted <= expected * 1.2, admitted
+
+
+@dataclass
+class Pair:
+    """Two Envoys on one bucket: a busy one offering 3x the limit, a quiet one offering 1x."""
+
+    backend: str
+    sluices: list[SluiceProcess]
+    busy: PacedLoad
+    quiet: PacedLoad
+    proxies: tuple[Proxy, Proxy]
+
+    def check(self, start: float, end: float) -> None:
+        busy, quiet = self.busy.count(200, start, end), self.quiet.count(200, start, end)
+        what = f"{self.backend}: busy admitted {busy}, quiet {quiet}"
+        assert self.busy.count(0, 0, float("inf")) + self.quiet.count(0, 0, float("inf")) == 0
+        processes = (*self.proxies, *{id(s): s for s in self.sluices}.values())
+        assert busy + quiet <= LIMIT_PER_S * WINDOW_S * (1 + TOLERANCE), (
+            what,
+            _diagnostics(*processes),
         )
-        tenant = f"t-{uuid.uuid4().hex}"
-        busy = stack.enter_context(PacedLoad(busy_envoy.port, tenant, 3 * LIMIT_PER_S))
-        quiet = stack.enter_context(PacedLoad(quiet_envoy.port, tenant, LIMIT_PER_S))
-        refusing = max(busy.wait_for(429, 10), quiet.wait_for(429, 15))
+        # Not starved either: together they get most of the limit.
+        assert busy + quiet >= LIMIT_PER_S * WINDOW_S * (1 - 2 * TOLERANCE), what
+        assert busy > quiet > 0, what
+
+
+def _pair(
+    stack: contextlib.ExitStack,
+    backend: str,
+    sluices: list[SluiceProcess],
+    workdir: Path,
+    upstream: int,
+) -> Pair:
+    proxies = tuple(stack.enter_context(_envoy(workdir, upstream, s.grpc_port)) for s in sluices)
+    tenant = f"t-{uuid.uuid4().hex}"
+    busy = stack.enter_context(PacedLoad(proxies[0].port, tenant, 3 * LIMIT_PER_S))
+    quiet = stack.enter_context(PacedLoad(proxies[1].port, tenant, LIMIT_PER_S))
+    return Pair(backend, sluices, busy, quiet, (proxies[0], proxies[1]))
+
+
+def test_two_envoys_share_one_limit_by_demand(
+    tmp_path: Path, upstream: int, private_redis: RedisProcess
+) -> None:
+    """Two pairs of Envoys at once (one measuring window for both, to keep the run short).
+    Memory: both Envoys stream to one Sluice. Redis: each to its own Sluice (one per
+    transport), the two sharing one private Redis."""
+    with contextlib.ExitStack() as stack:
+        memory_dir, redis_dir = tmp_path / "memory", tmp_path / "redis"
+        memory_dir.mkdir()
+        memory_sluice = stack.enter_context(sluice_serve(memory_dir, config=POLICY))
+        redis_sluices = []
+        for transport in ("pyvoy", "grpcio"):
+            workdir = redis_dir / transport
+            workdir.mkdir(parents=True)
+            args = ["--backend", "redis", "--redis-url", private_redis.url]
+            args += ["--transport", transport]
+            redis_sluices.append(
+                stack.enter_context(sluice_serve(workdir, config=POLICY, extra_args=args))
+            )
+        pairs = [
+            _pair(stack, "memory", [memory_sluice, memory_sluice], memory_dir, upstream),
+            _pair(stack, "redis", redis_sluices, redis_dir, upstream),
+        ]
+        refusing = max(
+            max(pair.busy.wait_for(429, 10), pair.quiet.wait_for(429, 15)) for pair in pairs
+        )
         # Shares follow the demand each Envoy reports. Both streams opened with the load, so
         # their first report with a rate lands 5 s later, and the new shares reach both
         # Envoys within a second of it.
@@ -211,19 +270,8 @@ def test_two_envoys_share_one_limit_by_demand(
         end = start + WINDOW_S
         wait_until(lambda: time.monotonic() >= end, end - time.monotonic() + 5, "the window")
 
-    processes = (busy_envoy, quiet_envoy, *{id(s): s for s in sluices}.values())
-    admitted_busy = busy.count(200, start, end)
-    admitted_quiet = quiet.count(200, start, end)
-    assert busy.count(0, 0, float("inf")) + quiet.count(0, 0, float("inf")) == 0
-    total = admitted_busy + admitted_quiet
-    assert total <= LIMIT_PER_S * WINDOW_S * (1 + TOLERANCE), (
-        admitted_busy,
-        admitted_quiet,
-        _diagnostics(*processes),
-    )
-    # Not starved either: together they get most of the limit.
-    assert total >= LIMIT_PER_S * WINDOW_S * (1 - 2 * TOLERANCE), (admitted_busy, admitted_quiet)
-    assert admitted_busy > admitted_quiet > 0, (admitted_busy, admitted_quiet)
+    for pair in pairs:
+        pair.check(start, end)
 
 
 def test_sluice_stopped_then_back_without_restarting_envoy(tmp_path: Path, upstream: int) -> None:
