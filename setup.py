@@ -28,6 +28,11 @@ COMPILED = [
     "server/sluice/algorithms/gcra.py",
     "server/sluice/algorithms/_schedule.py",
     "server/sluice/algorithms/calendar.py",
+    # RLQS: per bucket, every report and every rebalance (bench/rlqs_buckets.py).
+    "server/sluice/rlqs/assignment.py",
+    "server/sluice/rlqs/shares.py",
+    "server/sluice/rlqs/buckets.py",
+    "server/sluice/rlqs/session.py",
 ]
 
 

@@ -10,6 +10,8 @@ noise than a load test); ``bench/run.py`` remains the measure that counts.
     python bench/path_cost.py --statsd           # also with upstream's statsd metrics on
     python bench/path_cost.py --pins 10000       # also: the domain with 10,000 overrides
                                                  # and 10,000 blocks, against none
+    python bench/path_cost.py --value-to-metric  # also: the rule with value_to_metric, its
+                                                 # statsd name built and kept per request
 
 With ``--statsd``, two more columns: the Sluice path with a statsd sink (the request path's
 hook only), and the same with the sink's work off the request path charged to the calls too
@@ -53,6 +55,8 @@ descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: fixed_window}
 """
+# The same rule naming its statsd counters with each request's value.
+NAMED_POLICY = POLICY.replace("  - key: user\n", "  - key: user\n    value_to_metric: true\n")
 _OK = rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
 
 
@@ -155,16 +159,24 @@ async def main_async(args: argparse.Namespace) -> None:
     if pins:
         header += f" Sluice, {pins:,} overrides + {pins:,} blocks µs/call | × Sluice |"
         rule += "---|---|"
+    if args.value_to_metric:
+        header += " Sluice, value_to_metric µs/call | × Sluice |"
+        rule += "---|---|"
     print(header)
     print(rule)
     for descriptors in args.descriptors:
         bodies = framed(Workload(keyspace=args.keyspace, descriptors=descriptors), 1000)
         noop, sluice = noop_app(), sluice_app()
         pinned = sluice_app(pinned_policy(pins)) if pins else None
+        named = None
+        if args.value_to_metric:  # statsd on: the names are kept (one per value of the keyspace)
+            named = sluice_app(NAMED_POLICY, recorder=UsageRecorder(named=True))
         await drive(sluice, bodies, 2000)  # warm
-        if pinned is not None:
-            await drive(pinned, bodies, 2000)
+        for other in (pinned, named):
+            if other is not None:
+                await drive(other, bodies, 2000)
         noop_runs, sluice_runs, hook_runs, flush_runs, pinned_runs = [], [], [], [], []
+        named_runs = []
         if args.statsd:
             sink, listener = statsd_sink()
             recorder = UsageRecorder()
@@ -184,6 +196,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 flush_runs.append(await drive(with_statsd, bodies, args.calls, flush))
             if pinned is not None:
                 pinned_runs.append(await drive(pinned, bodies, args.calls))
+            if named is not None:
+                named_runs.append(await drive(named, bodies, args.calls))
         a, b = min(noop_runs) * 1e6, min(sluice_runs) * 1e6
         row = f"| {descriptors} | {a:.1f} | {b:.1f} | {b - a:.1f} | {b / a:.2f} |"
         if args.statsd:
@@ -191,6 +205,9 @@ async def main_async(args: argparse.Namespace) -> None:
             row += f" {min(hook_runs) * 1e6:.1f} | {min(flush_runs) * 1e6:.1f} |"
         if pinned_runs:
             c = min(pinned_runs) * 1e6
+            row += f" {c:.1f} | {c / b:.3f} |"
+        if named_runs:
+            c = min(named_runs) * 1e6
             row += f" {c:.1f} | {c / b:.3f} |"
         print(row)
         if args.profile:
@@ -215,6 +232,11 @@ def main() -> None:
         default=0,
         metavar="N",
         help="also measure the domain with N overrides and N blocks (none are hit)",
+    )
+    parser.add_argument(
+        "--value-to-metric",
+        action="store_true",
+        help="also measure the rule with value_to_metric (statsd names per request)",
     )
     args = parser.parse_args()
     try:

@@ -149,7 +149,10 @@ class Sluice:
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
         self.backend = backend if backend is not None else make_backend(settings)
-        self.recorder = UsageRecorder(near_limit_ratio=settings.near_limit_ratio)
+        # Hits named otherwise than their rule are kept apart only for statsd, which names them.
+        self.recorder = UsageRecorder(
+            near_limit_ratio=settings.near_limit_ratio, named=bool(settings.statsd_address)
+        )
         self.metrics = Metrics(self._metric_state, multiprocess_dir=metrics_dir)
         self.limiter = RateLimiter(
             lambda: self.snapshot,
@@ -239,7 +242,7 @@ class Sluice:
     def _on_drain(self, drained: dict[str, RuleUsage]) -> None:
         self.metrics.record_usage(drained)
         if self.statsd is not None:
-            self.statsd.add_usage(drained)
+            self.statsd.add_usage(drained, self.recorder.drain_named())
 
     def status(self) -> dict[str, object]:
         config = self.reloader.status.as_dict() if self.reloader is not None else {}

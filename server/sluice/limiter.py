@@ -7,10 +7,12 @@ an allow: OK, nothing counted; an override: its own limit on its own counter), e
 (for known domains, unless the domain or ``--limit-overrides`` says to ignore or deny them) or
 the matching rule; ``unlimited`` rules answer OK without counting;
 limits whose ``name`` another applicable rule ``replaces`` are dropped; shadow-mode rules
-report OVER_LIMIT as OK; quota-mode rules (envoyproxy/ratelimit's ``quota_mode``) report it
-as OK too, unless every quota-mode descriptor of the request is over, when they all report
-OVER_LIMIT and so does the request; a global shadow mode makes the overall answer OK but
-leaves the statuses untouched, so callers can still see what would have happened.
+report OVER_LIMIT as OK; a quota-mode rule's OVER_LIMIT (envoyproxy/ratelimit's
+``quota_mode``) refuses the request only when every quota-mode descriptor of the request is
+over (an unlimited one is no quota, a shadow-mode one is never over); otherwise the request is
+OK while that descriptor's status still says OVER_LIMIT, as upstream answers; a global
+shadow mode makes the overall answer OK but leaves the statuses untouched, so callers can
+still see what would have happened.
 
 A rule may hold several limits: its hit is admitted only if all admit it, and the status
 reports the limit that decided (the refusing one with the longest wait, or else the one
@@ -150,11 +152,12 @@ class RateLimiter:
             if match.replaces:
                 replaced.update(match.replaces)
             if match.unlimited:
-                if match.quota_mode:
-                    quota_descriptors += 1  # never over, so the quotas are never all spent
+                # Not a quota upstream counts, even with quota_mode: it checks no limit.
                 statuses[i] = _UNLIMITED
                 if recorder is not None:
                     recorder.record(match.rule_id, ALLOWED, cost=cost)
+                    # Upstream's statsd counts nothing for an unlimited rule.
+                    recorder.record_named(match.rule_id, "", ALLOWED, cost=cost)
                 continue
             applicable.append(_Applicable(match, i, cost))
 
@@ -174,6 +177,9 @@ class RateLimiter:
                 if recorder is not None:
                     for a in applicable:
                         recorder.record(a.match.rule_id, BACKEND_ERROR, cost=a.cost)
+                        name = a.match.metric_name
+                        if name is not None:
+                            recorder.record_named(a.match.rule_id, name, BACKEND_ERROR, cost=a.cost)
                 if self._settings.failure_mode == "error":
                     raise
                 outcomes = None
@@ -193,12 +199,8 @@ class RateLimiter:
                         quota_over.append(a.index)
                     else:
                         over = True
-            if quota_over:
-                if len(quota_over) == quota_descriptors:
-                    over = True  # every quota is spent: refused, as upstream refuses it
-                else:
-                    for i in quota_over:
-                        statuses[i] = _within_quota(statuses[i])
+            if quota_over and len(quota_over) == quota_descriptors:
+                over = True  # every quota is spent: refused, as upstream refuses it
 
         final = tuple(statuses)
         overall = Code.OVER_LIMIT if over else Code.OK
@@ -219,10 +221,16 @@ class RateLimiter:
         assert recorder is not None
         if admitted:
             limit = status.current_limit
-            near = limit is not None and recorder.is_near(
-                limit.requests_per_unit, status.limit_remaining
+            near = (
+                recorder.near_hits(limit.requests_per_unit, status.limit_remaining, a.cost)
+                if limit is not None
+                else 0
             )
             recorder.record(a.match.rule_id, ALLOWED, cost=a.cost, near=near)
+            if a.match.metric_name is not None:
+                recorder.record_named(
+                    a.match.rule_id, a.match.metric_name, ALLOWED, cost=a.cost, near=near
+                )
             return
         # The concrete values: who is being limited (only built for refused hits).
         offender = ",".join(a.match.counter_key[1:])
@@ -230,6 +238,10 @@ class RateLimiter:
         # The local over-limit cache answers a hit whole: all its outcomes are its own.
         local = outcomes[0].local
         recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender, local=local)
+        if a.match.metric_name is not None:
+            recorder.record_named(
+                a.match.rule_id, a.match.metric_name, kind, cost=a.cost, local=local
+            )
 
     def _failed(self, a: _Applicable) -> DescriptorStatus:
         if self._settings.failure_mode == "allow":
@@ -241,18 +253,6 @@ class RateLimiter:
 
 _NO_LIMIT = DescriptorStatus(Code.OK)
 _UNLIMITED = DescriptorStatus(Code.OK, limit_remaining=UNLIMITED_REMAINING)
-
-
-def _within_quota(status: DescriptorStatus) -> DescriptorStatus:
-    """A quota-mode descriptor over its limit while another quota still has room: OK."""
-    return DescriptorStatus(
-        Code.OK,
-        status.current_limit,
-        status.limit_remaining,
-        status.duration_until_reset_s,
-        status.delay_s,
-        status.reason,
-    )
 
 
 def _blocked(pin: PinMatch, now: float) -> DescriptorStatus:

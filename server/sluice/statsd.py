@@ -4,9 +4,10 @@ alerts keep working on Sluice (docs/migrating.md, "Metrics").
 What is sent, every ``flush_interval_s`` (upstream's ``STATS_FLUSH_INTERVAL``):
 
 * ``ratelimit.service.rate_limit.<key path>.{total_hits,over_limit,near_limit,within_limit,
-  shadow_mode,over_limit_with_local_cache}``, counters per rule. The key path is
-  ``metric_key``'s; by default a rule's place in its domain (``domain.key_value.key``),
-  which is Sluice's rule id.
+  shadow_mode,over_limit_with_local_cache}``, counters per key path: by default a rule's
+  place in its domain (``domain.key_value.key``), which is Sluice's rule id; with request
+  values in it for a rule with ``detailed_metric`` or ``value_to_metric`` and for a client's
+  own ``limit`` (the snapshot's ``Match.metric_name``). Unlimited rules count nothing.
 * ``ratelimit_server.ShouldRateLimit.total_requests`` (counter) and ``.response_time``
   (timer, milliseconds), one timer sample per call.
 * ``ratelimit.service.config_load_success`` / ``config_load_error``,
@@ -16,7 +17,8 @@ What is sent, every ``flush_interval_s`` (upstream's ``STATS_FLUSH_INTERVAL``):
 
 The request path pays for one call of ``observe_request`` (a counter and a list append);
 the per-rule counters come from the usage recorder's drain, which the request path already
-feeds. Everything else (names, sums, datagrams) happens at flush, on the event loop, in UDP
+feeds, and the hits named otherwise from its ``drain_named`` (recorded only for such rules).
+Everything else (names, sums, datagrams) happens at flush, on the event loop, in UDP
 datagrams of at most ``MAX_DATAGRAM_BYTES``.
 
 Tags (``EXTRA_TAGS``) are written as upstream's sinks write them: DogStatsD appends
@@ -45,7 +47,6 @@ __all__ = [
     "MAX_DATAGRAM_BYTES",
     "FLAVORS",
     "StatsdSink",
-    "metric_key",
     "parse_tags",
     "sanitize",
 ]
@@ -77,39 +78,6 @@ def sanitize(name: str) -> str:
     name in a statsd line), and so do the dots of an IPv4 address in a value."""
     name = name.replace(":", "_").replace("|", "_")
     return _IPV4.sub(lambda m: m.group(0).replace(".", "_"), name)
-
-
-def metric_key(
-    domain: str,
-    entries: Sequence[tuple[str, str]],
-    rule_path: Sequence[tuple[str, str | None]],
-    *,
-    detailed_metric: bool = False,
-    value_to_metric: Sequence[bool] = (),
-) -> str:
-    """Upstream's stat key path for a descriptor (before ``sanitize``).
-
-    ``entries``: the request's (key, value) pairs; ``rule_path``: the matched rule's
-    (key, configured value or None) at each level, as in the YAML. By default the path is
-    the rule's own (``domain.key_value.key``), which is Sluice's rule id. A rule with
-    ``detailed_metric`` puts every request value in (``domain.key_value.key_value``, even an
-    empty value as ``key_``); ``value_to_metric[i]`` puts the request's value in at level
-    ``i`` where the rule has none or a wildcard. Both default to off: they are rule keys of
-    the YAML, passed here as they are."""
-    if detailed_metric:
-        return domain + "".join(f".{key}_{value}" for key, value in entries)
-    parts = [domain]
-    for i, ((key, value), (_, configured)) in enumerate(zip(entries, rule_path, strict=False)):
-        to_metric = i < len(value_to_metric) and value_to_metric[i]
-        if configured is not None and "*" not in configured:
-            parts.append(f"{key}_{configured}")  # an exact value: it is the request's
-        elif to_metric:
-            parts.append(f"{key}_{value}" if value else key)
-        elif configured is not None:
-            parts.append(f"{key}_{configured}")  # a wildcard keeps its pattern
-        else:
-            parts.append(key)
-    return ".".join(parts)
 
 
 def parse_tags(text: str) -> dict[str, str]:
@@ -166,29 +134,38 @@ class StatsdSink:
 
     # -- off the request path ---------------------------------------------------------
 
-    def add_usage(self, drained: Mapping[str, RuleUsage]) -> None:
-        """Per-rule counts from the usage recorder's drain (``UsageFlusher``'s ``on_drain``)."""
-        counters = self._counters
+    def add_usage(
+        self,
+        drained: Mapping[str, RuleUsage],
+        named: Mapping[tuple[str, str], RuleUsage] | None = None,
+    ) -> None:
+        """Counts from the usage recorder's drain (``UsageFlusher``'s ``on_drain``): per rule,
+        less the hits of ``named`` (its ``drain_named``, the same hits by rule id and the
+        name upstream gives them), which count under that name instead ("": nowhere)."""
+        moved: dict[str, list[int]] = {}
+        for (rule_id, name), usage in (named or {}).items():
+            values = _values(usage)
+            taken = moved.setdefault(rule_id, [0] * len(values))
+            for i, value in enumerate(values):
+                taken[i] += value
+            if name:
+                self._add(_RATE_LIMIT + sanitize(name), values)
         for rule_id, usage in drained.items():
-            name = self._names.get(rule_id)
-            if name is None:
-                name = self._names[rule_id] = _RATE_LIMIT + sanitize(rule_id)
-            c = usage.counts
-            # An operator's block (Sluice only) is a refusal: over_limit to upstream's names.
-            allowed, over, shadow = c[ALLOWED], c[OVER_LIMIT] + c[BLOCKED], c[SHADOW_OVER]
-            # Upstream counts a hit in total_hits before asking Redis, so a failed one too;
-            # a shadow rule's refusal is over_limit as well as shadow_mode.
-            for suffix, value in (
-                (".total_hits", allowed + over + shadow + c[BACKEND_ERROR]),
-                (".over_limit", over + shadow),
-                (".near_limit", c[NEAR_LIMIT]),
-                (".within_limit", allowed),
-                (".shadow_mode", shadow),
-                (".over_limit_with_local_cache", usage.local_refusals),
-            ):
-                if value:
-                    key = name + suffix
-                    counters[key] = counters.get(key, 0) + value
+            prefix = self._names.get(rule_id)
+            if prefix is None:
+                prefix = self._names[rule_id] = _RATE_LIMIT + sanitize(rule_id)
+            values = _values(usage)
+            named_here = moved.get(rule_id)
+            if named_here is not None:
+                values = [value - n for value, n in zip(values, named_here, strict=True)]
+            self._add(prefix, values)
+
+    def _add(self, prefix: str, values: Sequence[int]) -> None:
+        counters = self._counters
+        for suffix, value in zip(_SUFFIXES, values, strict=True):
+            if value > 0:
+                key = prefix + suffix
+                counters[key] = counters.get(key, 0) + value
 
     def lines(self) -> list[str]:
         """Everything counted since the last call, as statsd lines; counting starts afresh."""
@@ -252,6 +229,33 @@ class StatsdSink:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+
+
+_SUFFIXES = (
+    ".total_hits",
+    ".over_limit",
+    ".near_limit",
+    ".within_limit",
+    ".shadow_mode",
+    ".over_limit_with_local_cache",
+)
+
+
+def _values(usage: RuleUsage) -> list[int]:
+    """A rule's usage as upstream's counters, in ``_SUFFIXES``' order."""
+    c = usage.counts
+    # An operator's block (Sluice only) is a refusal: over_limit to upstream's names.
+    allowed, over, shadow = c[ALLOWED], c[OVER_LIMIT] + c[BLOCKED], c[SHADOW_OVER]
+    # Upstream counts a hit in total_hits before asking Redis, so a failed one too; a shadow
+    # rule's refusal is over_limit as well as shadow_mode.
+    return [
+        allowed + over + shadow + c[BACKEND_ERROR],
+        over + shadow,
+        c[NEAR_LIMIT],
+        allowed,
+        shadow,
+        usage.local_refusals,
+    ]
 
 
 def pack(lines: Sequence[str]) -> list[bytes]:

@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from sluice._proto.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from tests.support.processes import SluiceProcess, sluice_serve
 
@@ -201,11 +202,47 @@ def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> No
     services = set(database.get_services())
     assert {
         "envoy.service.ratelimit.v3.RateLimitService",
+        "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
         "grpc.health.v1.Health",
     } <= services
     file = database.FindFileContainingSymbol("envoy.service.ratelimit.v3.RateLimitService")
     assert file.name == "envoy/service/ratelimit/v3/rls.proto"
     assert [m.name for m in file.service[0].method] == ["ShouldRateLimit"]
+
+
+def _reports(*messages: rlqs_pb2.RateLimitQuotaUsageReports) -> Iterator[object]:
+    yield from messages
+
+
+def _report(domain: str, **bucket: str) -> rlqs_pb2.RateLimitQuotaUsageReports:
+    message = rlqs_pb2.RateLimitQuotaUsageReports(domain=domain)
+    message.bucket_quota_usages.add().bucket_id.bucket.update(bucket)
+    return message
+
+
+def test_rlqs_stream_assigns_the_rules_token_bucket(channel: grpc.Channel) -> None:
+    stub = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+    responses = stub.StreamRateLimitQuotas(_reports(_report("grpc-test", user="a")), timeout=10)
+    [response] = list(responses)  # the client closes its side: so does Sluice
+    [action] = response.bucket_action
+    assert dict(action.bucket_id.bucket) == {"user": "a"}
+    assignment = action.quota_assignment_action
+    assert assignment.assignment_time_to_live.seconds == 15
+    bucket = assignment.rate_limit_strategy.token_bucket
+    # 2 an hour: one token every 1800 s, two of capacity.
+    assert (bucket.max_tokens, bucket.tokens_per_fill.value) == (2, 1)
+    assert bucket.fill_interval.seconds == 1800
+
+
+def test_rlqs_bad_report_ends_the_stream_with_invalid_argument(channel: grpc.Channel) -> None:
+    stub = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+    responses = stub.StreamRateLimitQuotas(_reports(_report("", user="a")), timeout=10)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(responses)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "domain: the stream's first report must name the policy domain" in str(
+        caught.value.details()
+    )
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice_client import Client, SluiceUnavailable
 from tests.support.certs import Pki, make_pki
@@ -68,6 +69,19 @@ def mtls_server(
 def _check(server: SluiceProcess, user: str, **tls: object) -> bool:
     with Client(server.grpc_target, on_unavailable="raise", timeout_s=5, **tls) as client:
         return client.check("tls", [{"user": user}]).allowed
+
+
+def _quota_stream(server: SluiceProcess, pki: Pki) -> int:
+    """Bucket actions in the answer to one RLQS report over mTLS."""
+    credentials = grpc.ssl_channel_credentials(
+        pki.ca.read_bytes(), pki.client_key.read_bytes(), pki.client_cert.read_bytes()
+    )
+    report = rlqs_pb2.RateLimitQuotaUsageReports(domain="tls")
+    report.bucket_quota_usages.add().bucket_id.bucket["user"] = "rlqs"
+    with grpc.secure_channel(server.grpc_target, credentials) as channel:
+        stub = rlqs_pb2_grpc.RateLimitQuotaServiceStub(channel)
+        [response] = stub.StreamRateLimitQuotas(iter([report]), timeout=10)
+    return len(response.bucket_action)
 
 
 def _plaintext_call(server: SluiceProcess) -> grpc.StatusCode:
@@ -136,6 +150,7 @@ def test_mtls_admits_a_client_with_a_certificate_the_ca_signed(
         "private_key": pki.client_key,
     }
     assert [_check(mtls_server, "ada", **tls) for _ in range(3)] == [True, True, False]
+    assert _quota_stream(mtls_server, pki) == 1  # RLQS on the same port, same certificates
     assert _get(mtls_server.http_url + "/healthcheck", pki.client_context()) == 200
     assert _get(mtls_server.http_url + "/metrics", pki.client_context()) == 200
 

@@ -3,44 +3,173 @@ config_impl.go builds them, its SanitizeStatName, tags as its sinks write them, 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
 
-from sluice.statsd import MAX_DATAGRAM_BYTES, StatsdSink, metric_key, pack, parse_tags, sanitize
+from sluice.backends.memory import MemoryBackend
+from sluice.clock import ManualClock
+from sluice.limiter import RateLimiter
+from sluice.model import Descriptor, LimitOverride, RateLimitRequest, Unit
+from sluice.policies.snapshot import Snapshot
+from sluice.policies.yaml_format import load_text
+from sluice.statsd import MAX_DATAGRAM_BYTES, StatsdSink, pack, parse_tags, sanitize
 from sluice.usage.recorder import ALLOWED, OVER_LIMIT, SHADOW_OVER, UsageRecorder
 
-ENTRIES = (("source_cluster", "proxy"), ("destination_cluster", "mock"))
+# Rules with the flags that put request values into upstream's statsd names. The expected
+# names below are those envoyproxy/ratelimit (f2fb15770f7f) sent for this file and these
+# requests; tests/integration/test_statsd_names.py compares with the running binary.
+NAMES_CONFIG = """\
+domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: det
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: v2m
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: wild
+    value: "ab*"
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: wildnov
+    value: "ab*"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: mid
+    value: "a*z"
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: share
+    value: "s*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: sharedet
+    value: "s*"
+    share_threshold: true
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: parent
+    value_to_metric: true
+    descriptors:
+      - key: child
+        rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: exact
+        value: x
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: pdet
+    descriptors:
+      - key: child
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: unl
+    rate_limit: {unlimited: true}
+  - key: unldet
+    detailed_metric: true
+    rate_limit: {unlimited: true}
+"""
+NAMES_REQUESTS: list[tuple[tuple[str, str], ...]] = [
+    (("plain", "p1"),),
+    (("det", "d1"),),
+    (("det", ""),),
+    (("v2m", "v1"),),
+    (("v2m", ""),),
+    (("wild", "abc"),),
+    (("wildnov", "abc"),),
+    (("mid", "abz"),),
+    (("share", "s1"),),
+    (("sharedet", "s1"),),
+    (("parent", "P"), ("child", "C")),
+    (("parent", "P"), ("exact", "x")),
+    (("pdet", "P"), ("child", "C")),
+    (("ten", "t"),),
+    (("unl", "u"),),
+    (("unldet", "u"),),
+]
+# A client's own limit (requests_per_unit 5 a minute) on these entries: named by them.
+NAMES_OVERRIDE = (("plain", "o1"), ("k2", ""))
+UPSTREAM_NAMES = {
+    "d.plain",
+    "d.det_d1",
+    "d.det_",  # detailed_metric: an empty value still gets its "_"
+    "d.v2m_v1",
+    "d.v2m",  # value_to_metric: an empty value is the key alone
+    "d.wild_abc",
+    "d.wildnov_ab*",  # a wildcard without value_to_metric keeps its pattern
+    "d.mid_abz",
+    "d.share_s*",  # share_threshold: one counter, one name, whatever the flags
+    "d.sharedet_s*",
+    "d.parent_P.child",  # value_to_metric is per level: the child has none
+    "d.parent_P.exact_x",
+    "d.pdet_P.child_C",  # detailed_metric names every level, not only its own
+    "d.ten",
+    "d.plain_o1.k2",  # the override
+    # Nothing for the unlimited rules, detailed or not: upstream counts nothing for them.
+}
 
 
-@pytest.mark.parametrize(
-    ("entries", "rule_path", "options", "expected"),
-    [
-        # The rule's own path: key_value for a value rule, key for a key-only one.
-        (ENTRIES, (("source_cluster", "proxy"), ("destination_cluster", None)), {},
-         "d.source_cluster_proxy.destination_cluster"),
-        ((("foo", "bar"),), (("foo", None),), {}, "d.foo"),
-        # A wildcard keeps its pattern...
-        ((("path", "/api/v1"),), (("path", "/api/*"),), {}, "d.path_/api/*"),
-        # ...unless value_to_metric puts the request's value in, at that level only.
-        ((("path", "/api/v1"),), (("path", "/api/*"),), {"value_to_metric": (True,)},
-         "d.path_/api/v1"),
-        (ENTRIES, (("source_cluster", None), ("destination_cluster", None)),
-         {"value_to_metric": (False, True)}, "d.source_cluster.destination_cluster_mock"),
-        ((("foo", ""),), (("foo", None),), {"value_to_metric": (True,)}, "d.foo"),
-        # detailed_metric: every request value, an empty one as "key_".
-        (ENTRIES, (("source_cluster", None), ("destination_cluster", None)),
-         {"detailed_metric": True}, "d.source_cluster_proxy.destination_cluster_mock"),
-        ((("foo", ""),), (("foo", None),), {"detailed_metric": True}, "d.foo_"),
-    ],
-)  # fmt: skip
-def test_metric_key_follows_upstreams_rules(
-    entries: tuple[tuple[str, str], ...],
-    rule_path: tuple[tuple[str, str | None], ...],
-    options: dict[str, object],
-    expected: str,
-) -> None:
-    assert metric_key("d", entries, rule_path, **options) == expected  # type: ignore[arg-type]
+def names_sent(lines: list[str]) -> dict[str, int]:
+    """Each rate-limit counter's value by name, its prefix off."""
+    prefix = "ratelimit.service.rate_limit."
+    return {
+        name.removeprefix(prefix): int(value.removesuffix("|c"))
+        for name, _, value in (line.partition(":") for line in lines)
+        if name.startswith(prefix)
+    }
+
+
+def test_detailed_metric_value_to_metric_and_overrides_name_counters_as_upstream() -> None:
+    snapshot = Snapshot(load_text(NAMES_CONFIG))
+    recorder = UsageRecorder(named=True)
+    limiter = RateLimiter(lambda: snapshot, MemoryBackend(), ManualClock(60.0), recorder=recorder)
+    requests = [RateLimitRequest("d", (Descriptor(entries),)) for entries in NAMES_REQUESTS]
+    limit = LimitOverride(5, Unit.MINUTE)
+    requests.append(RateLimitRequest("d", (Descriptor(NAMES_OVERRIDE, limit),)))
+    for request in requests:
+        asyncio.run(limiter.should_rate_limit(request))
+    sink = StatsdSink("h", 1)
+    sink.add_usage(recorder.drain(), recorder.drain_named())
+    sent = names_sent(sink.lines())
+    assert {name.rsplit(".", 1)[0] for name in sent} == UPSTREAM_NAMES
+    # One hit each, within its limit, as upstream counted them.
+    assert {name.rsplit(".", 1)[1] for name in sent} == {"total_hits", "within_limit"}
+    assert set(sent.values()) == {1}
+
+
+def test_named_hits_count_under_their_name_only_and_stay_per_rule_for_prometheus() -> None:
+    recorder = UsageRecorder(named=True)
+    for name in ("d.k_a", "d.k_b", "d.k_a"):
+        recorder.record("d.k", ALLOWED)
+        recorder.record_named("d.k", name, ALLOWED)
+    recorder.record("d.k", OVER_LIMIT, cost=2, local=True)
+    recorder.record_named("d.k", "d.k_b", OVER_LIMIT, cost=2, local=True)
+    recorder.record("d.free", ALLOWED, cost=4)
+    recorder.record_named("d.free", "", ALLOWED, cost=4)  # "": statsd counts it nowhere
+    rules = recorder.drain()
+    assert rules["d.k"].counts[ALLOWED] == 3  # the rules' own counts are untouched
+    sink = StatsdSink("h", 1)
+    sink.add_usage(rules, recorder.drain_named())
+    assert names_sent(sink.lines()) == {
+        "d.k_a.total_hits": 2,
+        "d.k_a.within_limit": 2,
+        "d.k_b.total_hits": 3,
+        "d.k_b.within_limit": 1,
+        "d.k_b.over_limit": 2,
+        "d.k_b.over_limit_with_local_cache": 2,
+    }
+    assert recorder.drain_named() == {}
+
+
+def test_a_recorder_not_asked_for_names_keeps_none() -> None:
+    recorder = UsageRecorder()
+    recorder.record_named("d.k", "d.k_a", ALLOWED)
+    assert recorder.drain_named() == {}
 
 
 def test_sanitize_replaces_what_ends_a_statsd_name_and_ipv4_dots() -> None:
@@ -58,7 +187,7 @@ def test_parse_tags_reads_upstreams_extra_tags() -> None:
 
 def usage_lines(sink: StatsdSink) -> list[str]:
     recorder = UsageRecorder()
-    recorder.record("rl.foo", ALLOWED, cost=3, near=True)
+    recorder.record("rl.foo", ALLOWED, cost=3, near=3)
     recorder.record("rl.foo", OVER_LIMIT, cost=2, local=True)
     recorder.record("rl.remote_address_10.1.2.3", SHADOW_OVER)
     sink.add_usage(recorder.drain())

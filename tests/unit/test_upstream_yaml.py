@@ -41,13 +41,18 @@ OK, OVER = Code.OK, Code.OVER_LIMIT
 # --- quota_mode ---------------------------------------------------------------------------
 
 
+# Each expectation below is what the envoyproxy/ratelimit binary (f2fb15770f7f, the one in
+# /work/shared/anchors) answered for the same rules and requests.
+
+
 def test_a_spent_quota_is_ok_while_another_quota_of_the_request_has_room() -> None:
     limiter = limiter_for("quota_mode.yaml")
     a, b = ("backend", "a"), ("backend", "b")
     assert codes(ask(limiter, "quota", a, b)) == (OK, [OK, OK])
-    # b (1 a minute) is spent, a (2 a minute) is not: b reports OK, with nothing remaining.
+    # b (1 a minute) is spent, a (2 a minute) is not: the request is OK, and b's own status
+    # still says OVER_LIMIT (upstream leaves it: a client can see which quota is spent).
     second = ask(limiter, "quota", a, b)
-    assert codes(second) == (OK, [OK, OK])
+    assert codes(second) == (OK, [OK, OVER])
     assert second.statuses[1].limit_remaining == 0
     assert second.statuses[1].current_limit == RateLimit(1, Unit.MINUTE)
     # Both spent: every quota-mode descriptor is over, so the request is refused.
@@ -65,8 +70,8 @@ def test_an_ordinary_limit_over_refuses_the_request_whatever_the_quotas_say() ->
     limiter = limiter_for("quota_mode.yaml")
     a, b, user = ("backend", "a"), ("backend", "b"), ("user", "u1")
     assert codes(ask(limiter, "quota", a, b, user)) == (OK, [OK, OK, OK])
-    # user is over (an ordinary limit): refused; b is over but a still has room: b says OK.
-    assert codes(ask(limiter, "quota", a, b, user)) == (OVER, [OK, OK, OVER])
+    # user is over (an ordinary limit): refused; b is over too, a still has room.
+    assert codes(ask(limiter, "quota", a, b, user)) == (OVER, [OK, OVER, OVER])
 
 
 def test_quotas_all_spent_under_global_shadow_mode_answer_ok_overall() -> None:
@@ -172,8 +177,32 @@ def test_value_to_metric_and_detailed_metric_never_change_a_decision() -> None:
     )
 
 
-def test_an_unlimited_quota_is_never_spent_so_the_others_answer_ok() -> None:
+def test_an_unlimited_rule_with_quota_mode_is_no_quota_so_a_spent_one_refuses() -> None:
+    # Upstream checks no limit for an unlimited rule, so it is not among the quotas that
+    # must all be spent: b, the only quota checked, is, and the request is refused.
     limiter = limiter_for("quota_mode.yaml")
     b, free = ("backend", "b"), ("free_backend", "x")
-    ask(limiter, "quota", b, free)
     assert codes(ask(limiter, "quota", b, free)) == (OK, [OK, OK])
+    decision = ask(limiter, "quota", b, free)
+    assert codes(decision) == (OVER, [OVER, OK])
+    assert decision.statuses[1].limit_remaining == UNLIMITED_REMAINING
+
+
+def test_a_shadow_mode_quota_is_never_spent_so_the_others_answer_ok() -> None:
+    policy = """\
+domain: quota
+descriptors:
+  - {key: backend, value: a, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - key: shadow
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+    snapshot = Snapshot(load_text(policy))
+    limiter = RateLimiter(lambda: snapshot, MemoryBackend(), ManualClock(START))
+    a, shadow = ("backend", "a"), ("shadow", "s")
+    assert codes(ask(limiter, "quota", a, shadow)) == (OK, [OK, OK])
+    # Both over their limits; the shadow one reports OK, so not every quota is spent.
+    assert codes(ask(limiter, "quota", a, shadow)) == (OK, [OVER, OK])
+    # A quota-mode rule alone over its limit, no other quota: refused.
+    assert codes(ask(limiter, "quota", a, ("user", "u"))) == (OVER, [OVER, OK])

@@ -123,7 +123,7 @@ def _add_quota_service(quota: QuotaService, server: grpc.aio.Server) -> None:
 
     async def stream(
         requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
+    ) -> AsyncIterator[bytes]:
         try:
             async for response in quota.stream(requests):
                 yield response
@@ -134,7 +134,7 @@ def _add_quota_service(quota: QuotaService, server: grpc.aio.Server) -> None:
         "StreamRateLimitQuotas": grpc.stream_stream_rpc_method_handler(
             stream,
             request_deserializer=decode_reports,
-            response_serializer=rlqs_pb2.RateLimitQuotaResponse.SerializeToString,
+            response_serializer=bytes,  # the service encodes its responses itself
         )
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(RLQS_NAME, handlers),))

@@ -9,6 +9,11 @@ entries, so thousands of them cost one dict lookup per descriptor. A reset gives
 a new key (the counter key plus one ``#reset:N`` part): the next request starts from nothing
 on every instance and every backend at once, with no state to delete and no race with the
 requests counting meanwhile; the abandoned state expires as any idle counter does.
+
+A match also says what envoyproxy/ratelimit names its statsd counters (``metric_name``):
+the rule's own path (``rule_id``), unless the rule asks for request values in it
+(``detailed_metric``, ``value_to_metric``) or the client sent its own ``limit``. Such a rule's
+node holds a plan of its name, built once; only those rules pay for a name per request.
 """
 
 from __future__ import annotations
@@ -47,8 +52,11 @@ class Match:
     shadow_mode: bool = False
     name: str = ""
     replaces: tuple[str, ...] = ()
-    # envoyproxy/ratelimit's quota_mode: refused alone, it reports OK (see the limiter).
+    # envoyproxy/ratelimit's quota_mode: refuses only with every quota of the request.
     quota_mode: bool = False
+    # Upstream's statsd name for this hit (before sanitizing) when it is not ``rule_id``:
+    # request values put in by detailed_metric / value_to_metric, or a client's own limit.
+    metric_name: str | None = None
 
 
 @record
@@ -79,9 +87,66 @@ def compile_limit(rate_limit: RateLimit) -> Limit:
     )
 
 
+# How one level of a metric name is written (_MetricPart's mode): the rule's own text; the
+# request's key and value, or the key alone for an empty value (value_to_metric); the key
+# and value always, "key_" for an empty value (detailed_metric).
+_RULE_TEXT, _KEY_VALUE, _KEY_UNDERSCORE_VALUE = range(3)
+_MetricPart = tuple[str, int]  # (the rule's text, or the key; mode)
+# What a level of the path to a rule contributes to its metric name: (key, the rule's
+# value or None, value_to_metric, share_threshold).
+_Level = tuple[str, str | None, bool, bool]
+
+
+def _metric_plan(rule: Rule, path: tuple[_Level, ...]) -> tuple[_MetricPart, ...] | None:
+    """envoyproxy/ratelimit's stat key for a hit on ``rule`` (reached through ``path``, the
+    levels from the domain down to it), as parts to fill with the request's values; None
+    when every part is the rules' own text, so the name is ``rule_id``.
+
+    Upstream (config_impl.go, GetLimit): a ``detailed_metric`` rule is named with every
+    request value (``key_value``, ``key_`` for an empty one), except that a share_threshold
+    wildcard level keeps its pattern and then the other levels drop the ``_`` of an empty
+    value. Otherwise each level is the rule's own text (``key_value`` or ``key``, a wildcard's
+    pattern included), except a level whose rule has ``value_to_metric`` and matched by key
+    alone or by a wildcard without share_threshold: the request's ``key_value`` (``key``
+    when the value is empty)."""
+    parts: list[_MetricPart] = []
+    if rule.detailed_metric:
+        shared = any(share for _, _, _, share in path)
+        for key, value, _, share in path:
+            if share and value is not None:
+                parts.append((f"{key}_{value}", _RULE_TEXT))
+            else:
+                parts.append((key, _KEY_VALUE if shared else _KEY_UNDERSCORE_VALUE))
+        return tuple(parts)
+    dynamic = False
+    for key, value, to_metric, share in path:
+        exact = value is not None and "*" not in value
+        if to_metric and not exact and not share:
+            parts.append((key, _KEY_VALUE))
+            dynamic = True
+        else:
+            parts.append((key if value is None else f"{key}_{value}", _RULE_TEXT))
+    return tuple(parts) if dynamic else None
+
+
+def _metric_name(
+    domain: str, plan: tuple[_MetricPart, ...], entries: tuple[tuple[str, str], ...]
+) -> str:
+    name = domain
+    for (text, mode), (_, value) in zip(plan, entries, strict=False):
+        if mode == _RULE_TEXT:
+            name += "." + text
+        elif mode == _KEY_VALUE and not value:
+            name += "." + text
+        else:
+            name += "." + text + "_" + value
+    return name
+
+
 class _Node:
     __slots__ = (
         "match",
+        "metric_plan",
         "shared_value",
         "exact",
         "wildcards",
@@ -90,10 +155,19 @@ class _Node:
         "resets",
     )
 
-    def __init__(self, rule: Rule | None, children: Iterable[Rule], rule_id: str) -> None:
+    def __init__(
+        self,
+        rule: Rule | None,
+        children: Iterable[Rule],
+        rule_id: str,
+        path: tuple[_Level, ...] = (),
+    ) -> None:
         # Built once here: the request path only adds the counter key. None: no limit applies
         # here (the root, a placeholder for deeper rules, or a whitelisting node).
         self.match = _match(rule, rule_id) if rule is not None and rule.applies_limit else None
+        self.metric_plan = (
+            _metric_plan(rule, path) if rule is not None and self.match is not None else None
+        )
         # A share_threshold wildcard counts every value it matches on one counter, its own.
         self.shared_value = rule.value if rule is not None and rule.share_threshold else None
         self.exact: dict[tuple[str, str], _Node] = {}
@@ -101,7 +175,8 @@ class _Node:
         self.key_only: dict[str, _Node] = {}
         for child in children:
             child_id = f"{rule_id}.{child.key}" + (f"_{child.value}" if child.value else "")
-            node = _Node(child, child.descriptors, child_id)
+            level = (child.key, child.value, child.value_to_metric, child.share_threshold)
+            node = _Node(child, child.descriptors, child_id, (*path, level))
             if child.value is None:
                 self.key_only[child.key] = node
             elif child.is_wildcard:
@@ -210,7 +285,10 @@ class Snapshot:
                     suffix = root.resets.get(counter)
                     if suffix is not None:
                         counter = (*counter, suffix)
-                return _with_counter_key(match, counter)
+                plan = node.metric_plan
+                if plan is None:
+                    return _with_counter_key(match, counter, None)
+                return _with_counter_key(match, counter, _metric_name(domain, plan, entries))
             if not node.has_children:
                 return None  # the request is deeper than the rules: no limit applies
         return None
@@ -220,13 +298,15 @@ class Snapshot:
     ) -> Match | None:
         """A client's own ``limit`` for these entries, counted like a key-only rule's: one
         counter per concrete value. None for an unknown domain, as envoyproxy/ratelimit
-        ignores overrides there."""
+        ignores overrides there. Its metric is named as upstream names it: the entries'
+        ``key_value`` (``key`` for an empty value) after the domain."""
         if domain not in self._domains:
             return None
         # Compiled as a rule's limit is: the default algorithm, burst = the limit.
         compiled = compile_limit(RateLimit(limit.requests_per_unit, limit.unit))
         counter_key = (domain, *(part for entry in entries for part in entry))
-        return Match(f"{domain}.(override)", counter_key, (compiled,))
+        name = domain + "".join(f".{k}_{v}" if v else f".{k}" for k, v in entries)
+        return Match(f"{domain}.(override)", counter_key, (compiled,), metric_name=name)
 
     def dump(self) -> str:
         """Every rule that applies a limit, one per line, like envoyproxy/ratelimit's /rlconfig."""
@@ -252,7 +332,7 @@ def _match(rule: Rule, rule_id: str) -> Match:
     )
 
 
-def _with_counter_key(match: Match, counter_key: tuple[str, ...]) -> Match:
+def _with_counter_key(match: Match, counter_key: tuple[str, ...], metric_name: str | None) -> Match:
     return Match(
         match.rule_id,
         counter_key,
@@ -262,6 +342,7 @@ def _with_counter_key(match: Match, counter_key: tuple[str, ...]) -> Match:
         match.name,
         match.replaces,
         match.quota_mode,
+        metric_name,
     )
 
 

@@ -19,7 +19,7 @@ __all__ = ["TOLERANCE", "TokenBucket", "changed_enough", "token_bucket"]
 
 # How far below the share the rounded rate may fall.
 TOLERANCE = 0.02
-_SHORT_INTERVALS = 1000  # searched one by one; beyond, the interval is computed
+_MAX_STEPS = 100
 
 
 @record
@@ -38,18 +38,29 @@ def token_bucket(rate_per_s: float, burst: float) -> TokenBucket:
     if rate_per_s <= 0:
         raise ValueError(f"a token bucket needs a positive rate, not {rate_per_s}")
     interval = _interval(rate_per_s)
-    tokens = max(1, math.floor(rate_per_s * interval * (1 + 1e-9)))
+    tokens = max(1, _tokens(rate_per_s, interval))
     return TokenBucket(max(1, tokens, math.floor(burst)), tokens, interval)
 
 
 def _interval(rate_per_s: float) -> int:
-    for interval in range(1, _SHORT_INTERVALS + 1):
-        tokens = math.floor(rate_per_s * interval * (1 + 1e-9))
-        if tokens >= 1 and tokens / interval >= rate_per_s * (1 - TOLERANCE):
+    """The shortest whole number of seconds whose whole tokens come within TOLERANCE of the
+    rate (at most ~50 steps whatever the rate: a fill of k tokens is best at its shortest
+    interval, ceil(k / rate), and k ≈ 49 × rate always fits)."""
+    if rate_per_s >= 1:
+        for interval in range(1, _MAX_STEPS + 1):
+            if _tokens(rate_per_s, interval) >= rate_per_s * (1 - TOLERANCE) * interval:
+                return interval
+        return _MAX_STEPS  # not reached: 50 s of tokens always fits
+    for tokens in range(1, _MAX_STEPS + 1):
+        interval = math.ceil(tokens / rate_per_s * (1 - 1e-12))
+        if _tokens(rate_per_s, interval) >= rate_per_s * (1 - TOLERANCE) * interval:
             return interval
-    # A rate below 1 token per 20 s: floor() loses less than TOLERANCE of it when a fill
-    # holds 1 / TOLERANCE tokens' worth of time, and never rounds to zero when it holds one.
-    return max(math.ceil(1 / rate_per_s), math.ceil(1 / (TOLERANCE * rate_per_s)))
+    return math.ceil(1 / rate_per_s)  # not reached
+
+
+def _tokens(rate_per_s: float, interval: int) -> int:
+    # A hair above the product, so 0.1 x 10 is 1 token, not 0.
+    return math.floor(rate_per_s * interval * (1 + 1e-9))
 
 
 def changed_enough(old: TokenBucket, new: TokenBucket) -> bool:

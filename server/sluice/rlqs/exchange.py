@@ -1,15 +1,21 @@
-"""How instances learn each other's demand on a bucket (shares.py divides by the sum).
+"""How instances split a limit between them (shares.py splits each instance's part).
 
-With the memory backend an instance is alone: its own streams are every stream
-(``LocalExchange``). With Redis (``RedisExchange``) each instance writes, once per rebalance,
-its streams' demand and count on each bucket into one hash per bucket, a field per instance
-stamped with Redis's own clock, and reads back the sum over the fields younger than the
-``ttl_s``: an instance that stops (or loses a bucket's streams) drops out of the sum within
-it. One script call per bucket does both atomically; the hash sits in the bucket's counter
-hash slot, so it works unchanged on Redis Cluster.
+Each instance claims a bucket's limit by the weight of its streams on it, and is granted the
+fraction that weight is of every instance's, but never more than the others' grants leave
+free: an instance whose demand grew takes its larger part only once the others have given
+theirs back, so the grants never add up to more than the whole limit, whatever order the
+instances rebalance in. Demand that moves between instances moves its share within two
+rebalances.
 
-When Redis cannot be reached the last sums it gave are kept (raised to this instance's own
-figures where those grew), so a Redis outage never hands every instance the whole limit.
+With the memory backend an instance is alone and is granted everything (``LocalExchange``).
+With Redis (``RedisExchange``) one script call per bucket, atomic, reads the other instances'
+weights and grants, computes this instance's grant and records it with its weight, in one
+hash per bucket (a field per instance, stamped by Redis's own clock); fields older than
+``ttl_s`` are dropped, so an instance that stops frees its part within it. The hash sits in
+the bucket's counter hash slot, so this works unchanged on Redis Cluster.
+
+When Redis cannot be reached an instance keeps the grants it last had (a bucket it has no
+grant for yet gets the whole limit, as a data plane without Sluice would), and logs it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from sluice.backends.redis.keys import counter_tag
-from sluice.rlqs.shares import Totals
 
 __all__ = ["DemandExchange", "LocalExchange", "RedisExchange"]
 
@@ -36,36 +41,44 @@ _SCRIPT = """
 local now = redis.call('TIME')
 local now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
 local ttl = tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[1], now_ms .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ttl)
+local weight = tonumber(ARGV[3])
 local fields = redis.call('HGETALL', KEYS[1])
-local demand, streams = 0, 0
+local total, taken = weight, 0
 for i = 1, #fields, 2 do
-  local t, d, s = string.match(fields[i + 1], '(%S+) (%S+) (%S+)')
-  if now_ms - tonumber(t) > ttl then
-    redis.call('HDEL', KEYS[1], fields[i])
-  else
-    demand = demand + tonumber(d)
-    streams = streams + tonumber(s)
+  if fields[i] ~= ARGV[1] then
+    local t, w, g = string.match(fields[i + 1], '(%S+) (%S+) (%S+)')
+    if now_ms - tonumber(t) > ttl then
+      redis.call('HDEL', KEYS[1], fields[i])
+    else
+      total = total + tonumber(w)
+      taken = taken + tonumber(g)
+    end
   end
 end
-return {tostring(demand), streams}
+local grant = 1
+if total > 0 then grant = weight / total end
+grant = math.min(grant, math.max(0, 1 - taken))
+local text = string.format('%.17g', grant)
+redis.call('HSET', KEYS[1], ARGV[1], now_ms .. ' ' .. ARGV[3] .. ' ' .. text)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return text
 """
 
 
 class DemandExchange(Protocol):
-    async def exchange(self, local: Mapping[ShareKey, Totals]) -> dict[ShareKey, Totals]:
-        """Publish this instance's totals per bucket; the totals over every instance."""
+    async def exchange(self, weights: Mapping[ShareKey, float]) -> dict[ShareKey, float]:
+        """This instance's streams' weight per bucket in; the fraction of each bucket's
+        limit granted to this instance out."""
         ...
 
     async def close(self) -> None: ...
 
 
 class LocalExchange:
-    """One instance holds every stream: its totals are the totals."""
+    """One instance holds every stream: it is granted every limit whole."""
 
-    async def exchange(self, local: Mapping[ShareKey, Totals]) -> dict[ShareKey, Totals]:
-        return dict(local)
+    async def exchange(self, weights: Mapping[ShareKey, float]) -> dict[ShareKey, float]:
+        return dict.fromkeys(weights, 1.0)
 
     async def close(self) -> None:
         pass
@@ -88,54 +101,49 @@ class RedisExchange:
         self.instance = instance or uuid.uuid4().hex
         self._cluster = isinstance(client, RedisCluster)
         self._limit = asyncio.Semaphore(max_concurrent_calls)
-        self._last: dict[ShareKey, Totals] = {}
+        self._last: dict[ShareKey, float] = {}
         self.failures = 0
 
     def key(self, share_key: ShareKey) -> str:
         return f"{self._prefix}{{{counter_tag(share_key)}}}:rlqs"
 
-    async def exchange(self, local: Mapping[ShareKey, Totals]) -> dict[ShareKey, Totals]:
-        keys = list(local)
+    async def exchange(self, weights: Mapping[ShareKey, float]) -> dict[ShareKey, float]:
+        keys = list(weights)
         try:
             if self._cluster:
-                replies = await asyncio.gather(*(self._call(k, local[k]) for k in keys))
+                replies = await asyncio.gather(*(self._call(k, weights[k]) for k in keys))
             else:
-                replies = await self._pipelined(keys, local)
+                replies = await self._pipelined(keys, weights)
         except (TimeoutError, RedisError, OSError) as exc:
             self.failures += 1
             if self.failures == 1 or self.failures % 60 == 0:
                 log.warning(
-                    "RLQS demand exchange through Redis failed (%d times): %s", self.failures, exc
+                    "RLQS: Redis unreachable for the share exchange (%d times); keeping the "
+                    "last grants: %s",
+                    self.failures,
+                    exc,
                 )
-            return {k: _at_least(self._last.get(k), local[k]) for k in keys}
-        totals = {
-            k: _at_least(Totals(float(demand), int(streams)), local[k])
-            for k, (demand, streams) in zip(keys, replies, strict=True)
-        }
-        self._last = totals
-        return totals
+            return {k: self._last.get(k, 1.0) for k in keys}
+        grants = {k: float(reply) for k, reply in zip(keys, replies, strict=True)}
+        if len(self._last) > 2 * len(grants) + 1024:
+            self._last = {}  # forget buckets gone since (a rebalance passes every live one)
+        self._last.update(grants)
+        return grants
 
-    async def _pipelined(self, keys: list[ShareKey], local: Mapping[ShareKey, Totals]) -> Any:
+    async def _pipelined(self, keys: list[ShareKey], weights: Mapping[ShareKey, float]) -> Any:
         if not keys:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
             for k in keys:
-                await self._script(keys=[self.key(k)], args=self._args(local[k]), client=pipe)
+                await self._script(keys=[self.key(k)], args=self._args(weights[k]), client=pipe)
             return await pipe.execute()
 
-    async def _call(self, key: ShareKey, totals: Totals) -> Any:
+    async def _call(self, key: ShareKey, weight: float) -> Any:
         async with self._limit:
-            return await self._script(keys=[self.key(key)], args=self._args(totals))
+            return await self._script(keys=[self.key(key)], args=self._args(weight))
 
-    def _args(self, totals: Totals) -> list[str | int]:
-        return [self.instance, self._ttl_ms, repr(totals.demand), totals.streams]
+    def _args(self, weight: float) -> list[str | int]:
+        return [self.instance, self._ttl_ms, repr(weight)]
 
     async def close(self) -> None:
         await self._client.aclose()
-
-
-def _at_least(known: Totals | None, local: Totals) -> Totals:
-    """The global totals can never be below this instance's own share of them."""
-    if known is None:
-        return local
-    return Totals(max(known.demand, local.demand), max(known.streams, local.streams))

@@ -24,17 +24,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from sluice.bounds import RequestBounds
 from sluice.clock import Clock
 from sluice.edge.status import GrpcError, Status
 from sluice.grpc.core import DRAINING_MESSAGE
-from sluice.policies.descriptor_text import format_entries
 from sluice.policies.snapshot import Snapshot
 from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL, TOKEN_BUCKET, BucketIndex
 from sluice.rlqs.exchange import DemandExchange, LocalExchange
 from sluice.rlqs.session import Stream
-from sluice.rlqs.shares import Totals
 from sluice.rlqs.wire import Action, Report, encode_actions, read_report
 from sluice.usage.recorder import ALLOWED, OVER_LIMIT, UsageRecorder
 
@@ -91,7 +88,6 @@ class QuotaService:
         self._open: dict[int, _Open] = {}
         self._ids = itertools.count(1)
         self._index = BucketIndex(snapshot())
-        self._totals: dict[ShareKey, Totals] = {}
         self._draining = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -145,9 +141,10 @@ class QuotaService:
 
     async def stream(
         self, requests: AsyncIterator[Any], context: object = None
-    ) -> AsyncIterator[rlqs_pb2.RateLimitQuotaResponse]:
-        """The responses of one StreamRateLimitQuotas call. ``context`` (the transport's)
-        is not used: it lets the edge call this as the handler itself."""
+    ) -> AsyncIterator[bytes]:
+        """The responses of one StreamRateLimitQuotas call, as RateLimitQuotaResponse bytes.
+        ``context`` (the transport's) is not used: it lets the edge call this as the handler
+        itself."""
         if self._draining:
             raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
         open_ = _Open(
@@ -188,9 +185,7 @@ class QuotaService:
             return
         open_.outbox.put_nowait(_END)  # the data plane closed its side: so do we
 
-    async def _on_report(
-        self, open_: _Open, message: Any
-    ) -> rlqs_pb2.RateLimitQuotaResponse | None:
+    async def _on_report(self, open_: _Open, message: Any) -> bytes | None:
         report = read_report(message, self.settings.bounds)
         stream = open_.stream
         now = self._clock.now()
@@ -209,19 +204,26 @@ class QuotaService:
         self._record_usage(stream, report)
         if not keys:
             return None
-        await self._learn_new_buckets(stream)
-        actions = [stream.assign(key, self._totals) for key in dict.fromkeys(keys)]
+        await self._share_new_buckets(stream)
+        actions = [stream.assign(key) for key in dict.fromkeys(keys)]
         stream.sent(actions, now)
         self._count(actions)
         return encode_actions(actions)
 
-    async def _learn_new_buckets(self, stream: Stream) -> None:
-        """Buckets the last rebalance did not see get their totals now, so a new stream on a
-        limit other streams share starts from its share, not from all of it."""
-        new = {key for key, _ in stream.demands() if key not in self._totals}
-        if new:
-            local = self._local_totals()
-            self._totals.update(await self._exchange.exchange({k: local[k] for k in new}))
+    async def _share_new_buckets(self, stream: Stream) -> None:
+        """Give the stream's new buckets their share now, so its first requests are
+        governed; the other streams on those limits give theirs up at the rebalance this
+        wakes (until then they may hold their floor's worth too much)."""
+        new = {b.governed.share_key for b in stream.shared() if b.share is None}
+        if not new:
+            return
+        weights = {k: w for k, w in self._local_weights().items() if k in new}
+        grants = await self._exchange.exchange(weights)
+        for bucket in stream.shared():
+            key = bucket.governed.share_key
+            if bucket.share is None and key in weights:
+                bucket.share = grants.get(key, 0.0) * bucket.weight / weights[key]
+        self._wake.set()
 
     # -- every stream
 
@@ -235,25 +237,27 @@ class QuotaService:
             stream.regovern(index, now, all_buckets=open_.index is not index)
             open_.index = index
             stream.drop_silent(now)
-        self._totals = await self._exchange.exchange(self._local_totals())
+        weights = self._local_weights()
+        grants = await self._exchange.exchange(weights)
         for open_ in list(self._open.values()):
-            actions = open_.stream.due(self._totals, now)
+            for bucket in open_.stream.shared():
+                key = bucket.governed.share_key
+                if key in weights:  # else it came in a report while Redis answered
+                    bucket.share = grants.get(key, 0.0) * bucket.weight / weights[key]
+            actions = open_.stream.due(now)
             if actions:
                 open_.stream.sent(actions, now)
                 self._count(actions)
                 open_.outbox.put_nowait(encode_actions(actions))
 
-    def _local_totals(self) -> dict[ShareKey, Totals]:
-        totals: dict[ShareKey, Totals] = {}
+    def _local_weights(self) -> dict[ShareKey, float]:
+        """Per limit, the weight of every stream of this instance on it."""
+        weights: dict[ShareKey, float] = {}
         for open_ in self._open.values():
-            for key, demand in open_.stream.demands():
-                known = totals.get(key)
-                totals[key] = (
-                    Totals(demand, 1)
-                    if known is None
-                    else Totals(known.demand + demand, known.streams + 1)
-                )
-        return totals
+            for bucket in open_.stream.shared():
+                key = bucket.governed.share_key
+                weights[key] = weights.get(key, 0.0) + bucket.weight
+        return weights
 
     def _current_index(self) -> BucketIndex:
         snapshot = self._snapshot()
@@ -272,7 +276,10 @@ class QuotaService:
             if usage.allowed:
                 self._recorder.record(rule, ALLOWED, cost=usage.allowed)
             if usage.denied:
-                offender = format_entries(usage.bucket)
+                # As ShouldRateLimit records it: the counter key after the domain.
+                share_key = bucket.governed.share_key
+                parts = share_key[1:] if share_key else (p for kv in usage.bucket for p in kv)
+                offender = ",".join(parts)
                 self._recorder.record(rule, OVER_LIMIT, cost=usage.denied, offender=offender)
 
     def _count(self, actions: list[Action]) -> None:

@@ -1,34 +1,52 @@
-"""One RLQS stream's state: its domain, its buckets, what each was last given.
+"""One RLQS stream's state: its domain, its buckets, what each holds and was last sent.
 
 Plain, synchronous code (the service drives it from its event loop, tests with a manual
-clock): ``accept`` takes a report, ``assign`` turns a bucket and the totals over every
-stream into the action to send, and ``due`` says which buckets need sending.
+clock): ``accept`` takes a report, ``assign`` turns a bucket's share of its limit into the
+action to send, and ``due`` says which buckets need sending.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from sluice.edge.status import GrpcError, Status
-from sluice.rlqs.assignment import changed_enough, token_bucket
-from sluice.rlqs.buckets import TOKEN_BUCKET, BucketIndex, Governed
-from sluice.rlqs.shares import Demand, Totals, share
+from sluice.rlqs.assignment import TokenBucket, changed_enough, token_bucket
+from sluice.rlqs.buckets import DENY_ALL, TOKEN_BUCKET, BucketIndex, Governed
+from sluice.rlqs.shares import Demand, weight
 from sluice.rlqs.wire import Action, BucketKey, Report
 
 __all__ = ["Bucket", "Stream"]
 
 
 class Bucket:
-    __slots__ = ("demand", "governed", "last_report_s", "last_elapsed_s", "sent", "sent_at_s")
+    __slots__ = (
+        "computed",
+        "demand",
+        "governed",
+        "last_elapsed_s",
+        "last_report_s",
+        "sent",
+        "sent_at_s",
+        "share",
+    )
 
     def __init__(self, governed: Governed, now_s: float) -> None:
         self.governed = governed
         self.demand = Demand()
         self.last_report_s = now_s
         self.last_elapsed_s = 0.0
+        # This stream's fraction of the limit, set by the service (None: not yet known).
+        self.share: float | None = None
         self.sent: Action | None = None
         self.sent_at_s = -math.inf
+        # (share, governed, bucket): the last token bucket computed, reused while both hold
+        # (most buckets have one stream, whose share stays 1).
+        self.computed: tuple[float, Governed, TokenBucket] | None = None
+
+    @property
+    def weight(self) -> float:
+        return weight(self.demand.per_second, self.governed.rate_per_s)
 
 
 class Stream:
@@ -77,11 +95,14 @@ class Stream:
 
     def regovern(self, index: BucketIndex, now_s: float, *, all_buckets: bool) -> None:
         """Look the buckets up again: all of them (a new snapshot), or those whose pin
-        expired."""
+        expired. A bucket whose limit changed holds no share until the next split."""
         assert self.domain is not None
         for key, bucket in self.buckets.items():
             if all_buckets or bucket.governed.expires_at_s <= now_s:
-                bucket.governed = index.govern(self.domain, dict(key), now_s)
+                governed = index.govern(self.domain, dict(key), now_s)
+                if governed.share_key != bucket.governed.share_key:
+                    bucket.share = None
+                bucket.governed = governed
 
     def drop_silent(self, now_s: float) -> int:
         """Forget the buckets the data plane stopped reporting (it forgot them): none for a
@@ -95,34 +116,40 @@ class Stream:
             del self.buckets[key]
         return len(silent)
 
-    def demands(self) -> Iterator[tuple[tuple[str, ...], float]]:
-        """Each token-bucket bucket's share key and this stream's demand on it."""
+    def shared(self) -> Iterator[Bucket]:
+        """The buckets whose limit is split between streams (token buckets)."""
         for bucket in self.buckets.values():
             if bucket.governed.kind == TOKEN_BUCKET:
-                yield bucket.governed.share_key, bucket.demand.per_second
+                yield bucket
 
-    def assign(self, key: BucketKey, totals: Mapping[tuple[str, ...], Totals]) -> Action:
-        """What ``key`` should hold now, given the totals over every stream."""
+    def assign(self, key: BucketKey) -> Action:
+        """What ``key`` should hold now, given its share."""
         bucket = self.buckets[key]
         governed = bucket.governed
         if governed.kind != TOKEN_BUCKET:
             return Action(key, governed.kind, self.ttl_s)
-        demand = bucket.demand.per_second
-        fallback = Totals(demand, 1)
-        fraction = share(demand, totals.get(governed.share_key, fallback), governed.rate_per_s)
-        new = token_bucket(governed.rate_per_s * fraction, governed.burst * fraction)
+        share = bucket.share if bucket.share is not None else 0.0
+        if share <= 0:
+            # Nothing is free yet: the other holders give their part back within a rebalance.
+            return Action(key, DENY_ALL, self.ttl_s)
+        computed = bucket.computed
+        if computed is not None and computed[0] == share and computed[1] is governed:
+            new = computed[2]
+        else:
+            new = token_bucket(governed.rate_per_s * share, governed.burst * share)
+            bucket.computed = (share, governed, new)
         sent = bucket.sent
-        old = sent.token_bucket if sent is not None and sent.kind == TOKEN_BUCKET else None
+        old = sent.token_bucket if sent is not None else None
         if old is not None and not changed_enough(old, new):
             new = old  # Envoy refills a replaced bucket: small changes are not worth it
         return Action(key, TOKEN_BUCKET, self.ttl_s, new)
 
-    def due(self, totals: Mapping[tuple[str, ...], Totals], now_s: float) -> list[Action]:
+    def due(self, now_s: float) -> list[Action]:
         """Actions to push unasked: a bucket whose assignment changed, or whose last one is
         half-way to expiry (the data plane may report less often than the TTL)."""
         actions = []
         for key, bucket in self.buckets.items():
-            action = self.assign(key, totals)
+            action = self.assign(key)
             if action != bucket.sent or now_s - bucket.sent_at_s >= self.ttl_s / 2:
                 actions.append(action)
         return actions

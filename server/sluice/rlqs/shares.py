@@ -1,37 +1,32 @@
 """How one limit is split between the streams reporting its bucket.
 
-Each stream's share follows its demand, the requests per second it reports (allowed plus
-denied: what it was asked, not what it was given), over its last ``WINDOW`` reports. Every
-stream also weighs ``FLOOR`` of the limit's rate beyond its demand, so a quiet data plane
-still holds enough to admit its first requests, and a stream that has not reported any
-traffic yet (its first report has no elapsed time) starts from that floor:
+Each stream weighs its demand, the requests per second it reports (allowed plus denied:
+what it was asked, not what it was given) over its last ``WINDOW`` reports, plus ``FLOOR``
+of the limit's rate, so a quiet data plane still holds enough to admit its first requests
+and a stream that has not reported traffic yet (a first report has no elapsed time) starts
+from that floor. A stream's share of the limit is its weight over the weight of every stream:
 
-    share(stream) = (demand(stream) + FLOOR × rate) / (Σ demand + streams × FLOOR × rate)
+    share(stream) = (demand(stream) + FLOOR × rate) / Σ (demand + FLOOR × rate)
 
-The shares of all streams add up to one whatever their demands. A stream that goes quiet
+Across instances the limit is first split between instances, each granted the fraction its
+streams' weight is of the whole, but never more than the others leave free (exchange.py);
+an instance then splits its grant between its streams by weight. A stream that goes quiet
 loses its demand within ``WINDOW`` reports, and its share flows to the others with it.
-Across instances the sums are global: each instance adds its own streams and learns the
-others' through the demand exchange (exchange.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from sluice.records import record
-
-__all__ = ["FLOOR", "WINDOW", "Demand", "Totals", "share"]
+__all__ = ["FLOOR", "WINDOW", "Demand", "weight"]
 
 FLOOR = 0.05
 WINDOW = 2
 
 
-@record
-class Totals:
-    """Demand (requests per second) and number of streams on one bucket."""
-
-    demand: float
-    streams: int
+def weight(demand: float, rate_per_s: float) -> float:
+    """A stream's claim on a limit of ``rate_per_s``."""
+    return demand + FLOOR * rate_per_s
 
 
 class Demand:
@@ -52,12 +47,3 @@ class Demand:
     def per_second(self) -> float:
         elapsed = sum(e for _, e in self._reports)
         return sum(r for r, _ in self._reports) / elapsed if elapsed > 0 else 0.0
-
-
-def share(demand: float, totals: Totals, rate_per_s: float) -> float:
-    """This stream's share of a limit of ``rate_per_s``, given the bucket's ``totals`` (over
-    every stream, this one included)."""
-    floor = FLOOR * rate_per_s
-    streams = max(1, totals.streams)
-    whole = max(totals.demand, demand) + streams * floor
-    return min(1.0, (demand + floor) / whole)

@@ -8,6 +8,7 @@ at most ``MAX_COUNT`` requests per report (no data plane serves 2^40 requests in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from google.protobuf.message import DecodeError
@@ -148,19 +149,39 @@ _Strategy = ratelimit_strategy_pb2.RateLimitStrategy
 _BLANKET = {ALLOW_ALL: _Strategy.ALLOW_ALL, DENY_ALL: _Strategy.DENY_ALL}
 
 
-def encode_actions(actions: list[Action]) -> rlqs_pb2.RateLimitQuotaResponse:
-    response = rlqs_pb2.RateLimitQuotaResponse()
-    for action in actions:
-        out = response.bucket_action.add()
-        out.bucket_id.bucket.update(action.bucket)
-        assignment = out.quota_assignment_action
-        assignment.assignment_time_to_live.seconds = action.ttl_s
-        strategy = assignment.rate_limit_strategy
-        bucket = action.token_bucket
-        if bucket is None:
-            strategy.blanket_rule = _BLANKET[action.kind]
-        else:
-            strategy.token_bucket.max_tokens = bucket.max_tokens
-            strategy.token_bucket.tokens_per_fill.value = bucket.tokens_per_fill
-            strategy.token_bucket.fill_interval.seconds = bucket.fill_interval_s
-    return response
+def encode_actions(actions: list[Action]) -> bytes:
+    """A RateLimitQuotaResponse's bytes. Each action is encoded once and its bytes reused:
+    a report's answer repeats the assignments it last sent, bucket after bucket."""
+    return b"".join(map(_encode_field, actions))
+
+
+@functools.lru_cache(maxsize=65536)
+def _encode_field(action: Action) -> bytes:
+    """One ``bucket_action`` field (number 1, length-delimited) of the response."""
+    data = _encode_action(action).SerializeToString(deterministic=True)
+    return b"\x0a" + _varint(len(data)) + data
+
+
+def _encode_action(action: Action) -> rlqs_pb2.RateLimitQuotaResponse.BucketAction:
+    out = rlqs_pb2.RateLimitQuotaResponse.BucketAction()
+    out.bucket_id.bucket.update(action.bucket)
+    assignment = out.quota_assignment_action
+    assignment.assignment_time_to_live.seconds = action.ttl_s
+    strategy = assignment.rate_limit_strategy
+    bucket = action.token_bucket
+    if bucket is None:
+        strategy.blanket_rule = _BLANKET[action.kind]
+    else:
+        strategy.token_bucket.max_tokens = bucket.max_tokens
+        strategy.token_bucket.tokens_per_fill.value = bucket.tokens_per_fill
+        strategy.token_bucket.fill_interval.seconds = bucket.fill_interval_s
+    return out
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from sluice.model import LimitOverride, Unit
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
 
@@ -119,3 +120,37 @@ def test_wildcard_characters_other_than_star_are_literal() -> None:
     )
     assert snapshot.lookup("d", (("k", "a.bc"),)) is not None
     assert snapshot.lookup("d", (("k", "aXbc"),)) is None
+
+
+def test_only_rules_naming_metrics_with_request_values_carry_a_metric_name() -> None:
+    snapshot = Snapshot(load_text(POLICY))
+    # A rule without detailed_metric / value_to_metric: statsd names it by its rule id.
+    plain = snapshot.lookup("d", (("remote_address", "10.1.2.3"),))
+    assert plain is not None and plain.metric_name is None
+    assert plain.rule_id == "d.remote_address_10.*"
+    flagged = Snapshot(
+        load_text(
+            textwrap.dedent(
+                """
+                domain: d
+                descriptors:
+                  - key: tenant
+                    value_to_metric: true
+                    descriptors:
+                      - key: user
+                        detailed_metric: true
+                        rate_limit: {unit: second, requests_per_unit: 1}
+                      - key: path
+                        value: /api/*
+                        rate_limit: {unit: second, requests_per_unit: 1}
+                """
+            )
+        )
+    )
+    detailed = flagged.lookup("d", (("tenant", "t1"), ("user", "")))
+    assert detailed is not None and detailed.metric_name == "d.tenant_t1.user_"
+    per_level = flagged.lookup("d", (("tenant", ""), ("path", "/api/v1")))
+    assert per_level is not None and per_level.metric_name == "d.tenant.path_/api/*"
+    assert per_level.rule_id == "d.tenant.path_/api/*"
+    override = flagged.override("d", (("tenant", "t1"), ("x", "")), LimitOverride(1, Unit.HOUR))
+    assert override is not None and override.metric_name == "d.tenant_t1.x"

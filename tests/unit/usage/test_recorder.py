@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import textwrap
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sluice.backends.memory import MemoryBackend
 from sluice.clock import ManualClock
 from sluice.limiter import RateLimiter
 from sluice.model import Descriptor, RateLimitRequest
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
-from sluice.usage.recorder import OVER_LIMIT, UsageRecorder
+from sluice.usage.recorder import ALLOWED, NEAR_LIMIT, OVER_LIMIT, UsageRecorder, near_threshold
 
 POLICY = textwrap.dedent(
     """
@@ -49,8 +52,8 @@ def test_counts_per_rule_with_near_limit_and_offenders() -> None:
         (("plan", "p"), ("free", "f")),
     )
     usage = recorder.drain()
-    # allowed, over, shadow, near, errors, blocked
-    assert usage["d.user"].counts == [6, 2, 0, 2, 0, 0]
+    # allowed, over, shadow, near, errors, blocked; near: past floor(5 × 0.8) = 4, alice's 5th
+    assert usage["d.user"].counts == [6, 2, 0, 1, 0, 0]
     assert usage["d.user"].offenders is not None
     assert usage["d.user"].offenders.top() == [("user,alice", 2)]
     assert usage["d.trial"].counts == [1, 0, 2, 1, 0, 0]
@@ -58,11 +61,32 @@ def test_counts_per_rule_with_near_limit_and_offenders() -> None:
     assert recorder.drain() == {}
 
 
-def test_near_limit_threshold() -> None:
+def test_near_limit_hits_are_those_past_upstreams_threshold() -> None:
+    # envoyproxy/ratelimit: near when the count after the hit exceeds floor(limit × ratio),
+    # and of a hit of cost n only the part past that threshold.
     recorder = UsageRecorder(near_limit_ratio=0.8)
-    assert recorder.is_near(10, 2)
-    assert not recorder.is_near(10, 3)
-    assert not recorder.is_near(0, 0)
+    assert recorder.near_hits(10, 2, 1) == 0  # 8 used: at the threshold of 8, not past it
+    assert recorder.near_hits(10, 1, 1) == 1
+    assert recorder.near_hits(10, 0, 3) == 2  # 7 -> 10: the 9th and 10th
+    assert recorder.near_hits(10, 0, 1) == 1
+    assert recorder.near_hits(2, 0, 1) == 1  # floor(1.6) = 1
+    assert recorder.near_hits(10, 1, 0) == 0  # a check that consumes nothing
+    assert recorder.near_hits(0, 0, 0) == 0
+
+
+def test_the_threshold_is_computed_in_float32_as_go_does() -> None:
+    # float32(0.7) × 10 rounds to 7.0 in float32; in float64 it is 6.9999999…, floor 6.
+    assert near_threshold(10, 0.7) == 7
+    assert near_threshold(10, 0.9) == 9
+    assert near_threshold(10, 0.8) == 8
+    assert near_threshold(3, 0.8) == 2
+    assert near_threshold(2**32 - 1, 0.8) == 3435973888  # float32(2**32 - 1) is 2**32
+
+
+def test_near_counts_at_most_the_hits_recorded() -> None:
+    recorder = UsageRecorder()
+    recorder.record("d.user", ALLOWED, cost=2, near=5)
+    assert recorder.drain()["d.user"].counts[NEAR_LIMIT] == 2
 
 
 def test_a_huge_hits_addend_counts_as_one_more_than_the_largest_limit() -> None:
@@ -74,3 +98,22 @@ def test_a_huge_hits_addend_counts_as_one_more_than_the_largest_limit() -> None:
     usage = recorder.drain()["d.user"]
     assert usage.counts[OVER_LIMIT] == 3 * 2**32
     assert usage.offenders is not None and usage.offenders.top() == [("bob", 3 * 2**32)]
+
+
+@given(
+    limit=st.integers(min_value=0, max_value=2**32 - 1),
+    ratio=st.floats(min_value=0.01, max_value=1.0),
+    offset=st.integers(min_value=-3, max_value=3),
+    cost=st.integers(min_value=0, max_value=5),
+)
+def test_near_hits_is_upstreams_count_whatever_the_limit_and_ratio(
+    limit: int, ratio: float, offset: int, cost: int
+) -> None:
+    # Around the threshold, where the quick float64 estimate must never decide wrongly.
+    threshold = near_threshold(limit, ratio)
+    after = min(max(threshold + offset, 0), limit)
+    expected = 0
+    if after > threshold:
+        expected = cost if after - cost >= threshold else after - threshold
+    recorder = UsageRecorder(near_limit_ratio=ratio)
+    assert recorder.near_hits(limit, limit - after, cost) == expected
