@@ -1,12 +1,16 @@
 """A stream's share of a limit as the token bucket Envoy enforces.
 
-Envoy's token bucket counts whole tokens and fills in whole seconds (it refuses a
-``fill_interval`` below one second and ignores nanos), so a share of R tokens per second
-becomes ``tokens_per_fill`` tokens every ``fill_interval_s`` seconds: the shortest interval
-whose whole number of tokens is within ``TOLERANCE`` of R, rounded down so the tokens given
-out never exceed the share. ``max_tokens`` (also what a new bucket starts with) is the
-stream's share of the burst, at least one token (so a stream with a tiny share can still
-admit a first request) and at least one fill (a fill above the capacity would be lost).
+Envoy refills its token bucket continuously at ``tokens_per_fill / fill_interval`` tokens a
+second, but reads the interval in whole seconds (its nanos are dropped) and the tokens as a
+whole number, so a share of R tokens a second becomes ``tokens_per_fill`` tokens every
+``fill_interval_s`` seconds: the shortest interval whose whole number of tokens is within
+``TOLERANCE`` of R, rounded down so the tokens given out never exceed the share.
+``max_tokens`` (also what a new bucket starts with) is the stream's share of the burst, at
+least one token, so a stream with a tiny share can still admit a first request.
+
+Envoy 1.39 compares a new token bucket with the one it holds by ``max_tokens``,
+``tokens_per_fill`` and the interval's *nanos* only: a change of the interval's seconds
+alone would be ignored and the old rate kept. ``replacing`` makes such a change visible.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 
 from sluice.records import record
 
-__all__ = ["TOLERANCE", "TokenBucket", "changed_enough", "token_bucket"]
+__all__ = ["TOLERANCE", "TokenBucket", "changed_enough", "replacing", "token_bucket"]
 
 # How far below the share the rounded rate may fall.
 TOLERANCE = 0.02
@@ -39,7 +43,19 @@ def token_bucket(rate_per_s: float, burst: float) -> TokenBucket:
         raise ValueError(f"a token bucket needs a positive rate, not {rate_per_s}")
     interval = _interval(rate_per_s)
     tokens = max(1, _tokens(rate_per_s, interval))
-    return TokenBucket(max(1, tokens, math.floor(burst)), tokens, interval)
+    return TokenBucket(max(1, math.floor(burst)), tokens, interval)
+
+
+def replacing(old: TokenBucket, new: TokenBucket) -> TokenBucket:
+    """``new`` as sent in place of ``old``: one token more of capacity when only the
+    interval differs, so that Envoy sees the change (see above)."""
+    if (
+        new.fill_interval_s != old.fill_interval_s
+        and new.max_tokens == old.max_tokens
+        and new.tokens_per_fill == old.tokens_per_fill
+    ):
+        return TokenBucket(new.max_tokens + 1, new.tokens_per_fill, new.fill_interval_s)
+    return new
 
 
 def _interval(rate_per_s: float) -> int:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 
 from sluice.edge.status import GrpcError, Status
-from sluice.rlqs.assignment import TokenBucket, changed_enough, token_bucket
+from sluice.rlqs.assignment import TokenBucket, changed_enough, replacing, token_bucket
 from sluice.rlqs.buckets import DENY_ALL, TOKEN_BUCKET, BucketIndex, Governed
 from sluice.rlqs.shares import Demand, weight
 from sluice.rlqs.wire import Action, BucketKey, Report
@@ -140,8 +140,9 @@ class Stream:
             bucket.computed = (share, governed, new)
         sent = bucket.sent
         old = sent.token_bucket if sent is not None else None
-        if old is not None and not changed_enough(old, new):
-            new = old  # Envoy refills a replaced bucket: small changes are not worth it
+        if old is not None:
+            # Envoy refills a replaced bucket: small changes are not worth it.
+            new = replacing(old, new) if changed_enough(old, new) else old
         return Action(key, TOKEN_BUCKET, self.ttl_s, new)
 
     def due(self, now_s: float) -> list[Action]:

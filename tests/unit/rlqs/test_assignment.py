@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.rlqs.assignment import TOLERANCE, TokenBucket, changed_enough, token_bucket
+from sluice.rlqs.assignment import (
+    TOLERANCE,
+    TokenBucket,
+    changed_enough,
+    replacing,
+    token_bucket,
+)
 
 
 def test_a_whole_rate_per_second_fills_every_second() -> None:
@@ -27,9 +33,17 @@ def test_a_tiny_rate_still_gets_a_token_and_never_more_than_its_share() -> None:
     assert bucket.rate_per_s <= 1 / 3600
 
 
-def test_capacity_holds_at_least_one_fill() -> None:
-    # A burst below one second's tokens: a fill above capacity would be lost.
-    assert token_bucket(100.0, 5) == TokenBucket(100, 100, 1)
+def test_capacity_is_the_share_of_the_burst_whatever_the_fill() -> None:
+    # Envoy refills continuously at tokens_per_fill / fill_interval: a fill above the
+    # capacity is not lost, so the burst stays the rule's.
+    assert token_bucket(100.0, 5) == TokenBucket(5, 100, 1)
+    assert token_bucket(17.5, 17.5) == TokenBucket(17, 35, 2)
+
+
+def test_a_change_of_the_interval_alone_is_made_visible_to_envoy() -> None:
+    old = TokenBucket(5, 1, 2)
+    assert replacing(old, TokenBucket(5, 1, 3)) == TokenBucket(6, 1, 3)
+    assert replacing(old, TokenBucket(4, 1, 3)) == TokenBucket(4, 1, 3)
 
 
 def test_a_rate_must_be_positive() -> None:
@@ -42,7 +56,7 @@ def test_never_above_the_share_and_within_tolerance(rate: float, burst: float) -
     bucket = token_bucket(rate, burst)
     assert bucket.fill_interval_s >= 1
     assert bucket.tokens_per_fill >= 1
-    assert bucket.max_tokens >= max(1, bucket.tokens_per_fill)
+    assert bucket.max_tokens == max(1, int(burst))
     assert bucket.rate_per_s <= rate * (1 + 1e-9)
     assert bucket.rate_per_s >= rate * (1 - TOLERANCE) - 1e-12
 
