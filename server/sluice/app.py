@@ -18,7 +18,7 @@ from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
-from sluice.backends.redis.connect import RedisTls, connect
+from sluice.backends.redis.connect import RedisTls, SharedSslContext, connect
 from sluice.clock import Clock, SystemClock
 from sluice.errors import ConfigDatabaseError
 from sluice.grpc.core import RateLimitCore
@@ -42,6 +42,7 @@ from sluice.rlqs.service import QuotaService, QuotaSettings
 from sluice.settings import Settings
 from sluice.statsd import StatsdSink, parse_tags
 from sluice.tls import ServerTls
+from sluice.tls_reload import FollowedTls
 from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
@@ -58,13 +59,16 @@ __all__ = [
 log = logging.getLogger("sluice")
 
 
-def make_backend(settings: Settings) -> Backend:
-    """The backend the settings name: memory, or Redis (with the local over-limit cache)."""
+def make_backend(
+    settings: Settings, *, redis_ssl_context: SharedSslContext | None = None
+) -> Backend:
+    """The backend the settings name: memory, or Redis (with the local over-limit cache).
+    ``redis_ssl_context``: TLS connections to Redis share it (so it can be reloaded)."""
     if settings.backend != "redis":
         return MemoryBackend(max_keys=settings.memory_max_keys)
     log.info("algorithm state in Redis at %s", redact_url(settings.redis_url))
     backend: Backend = RedisBackend(
-        _redis_client(settings),
+        _redis_client(settings, redis_ssl_context=redis_ssl_context),
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
         lean_client=settings.redis_client == "lean",
@@ -74,27 +78,38 @@ def make_backend(settings: Settings) -> Backend:
     return backend
 
 
-def make_exchange(settings: Settings) -> DemandExchange:
+def make_exchange(
+    settings: Settings, *, redis_ssl_context: SharedSslContext | None = None
+) -> DemandExchange:
     """How RLQS instances agree on shares: through Redis when state lives there (every
     instance sharing it shares the limits), else this instance alone."""
     if settings.backend != "redis":
         return LocalExchange()
-    client = _redis_client(settings, pool_size=4)
+    client = _redis_client(settings, pool_size=4, redis_ssl_context=redis_ssl_context)
     return RedisExchange(client, key_prefix=settings.redis_key_prefix)
 
 
-def make_lease_store(settings: Settings) -> LeaseStore:
+def make_lease_store(
+    settings: Settings, *, redis_ssl_context: SharedSslContext | None = None
+) -> LeaseStore:
     """Where concurrency leases are held: with the algorithm state (its own Redis client)."""
     if settings.backend != "redis":
         return MemoryLeaseStore()
     return RedisLeaseStore(
-        _redis_client(settings),
+        _redis_client(settings, redis_ssl_context=redis_ssl_context),
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
     )
 
 
-def _redis_client(settings: Settings, *, pool_size: int | None = None) -> Redis | RedisCluster:
+def _redis_client(
+    settings: Settings,
+    *,
+    pool_size: int | None = None,
+    redis_ssl_context: SharedSslContext | None = None,
+) -> Redis | RedisCluster:
+    """``redis_ssl_context``: TLS connections share it, so a rotated client certificate
+    reaches them (sluice/tls_reload.py)."""
     return connect(
         settings.redis_url,
         pool_size=settings.redis_pool_size if pool_size is None else pool_size,
@@ -102,6 +117,7 @@ def _redis_client(settings: Settings, *, pool_size: int | None = None) -> Redis 
         tls=RedisTls(
             settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
         ),
+        shared_ssl_context=redis_ssl_context,
     )
 
 
@@ -166,13 +182,21 @@ class Sluice:
         self.tls = ServerTls.from_settings(settings)
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
-        self.backend = backend if backend is not None else make_backend(settings)
+        # --- certificates followed while serving (sluice/tls_reload.py) ---
+        redis_ssl_context = SharedSslContext()
+        self.followed_tls = FollowedTls(self.tls, redis_ssl_context, settings)
+        # ---
+        self.backend = (
+            backend
+            if backend is not None
+            else make_backend(settings, redis_ssl_context=redis_ssl_context)
+        )
         # Hits named otherwise than their rule are kept apart only for statsd, which names them.
         self.recorder = UsageRecorder(
             near_limit_ratio=settings.near_limit_ratio, named=bool(settings.statsd_address)
         )
         self.metrics = Metrics(self._metric_state, multiprocess_dir=metrics_dir)
-        self.lease_store = make_lease_store(settings)
+        self.lease_store = make_lease_store(settings, redis_ssl_context=redis_ssl_context)
         self.limiter = RateLimiter(
             lambda: self.snapshot,
             self.backend,
@@ -208,7 +232,7 @@ class Sluice:
                 max_buckets_per_stream=settings.rlqs_max_buckets_per_stream,
                 bounds=settings.request_bounds,
             ),
-            exchange=make_exchange(settings),
+            exchange=make_exchange(settings, redis_ssl_context=redis_ssl_context),
             recorder=self.recorder,
             on_assignments=self.metrics.count_rlqs_assignments,
         )
@@ -322,7 +346,7 @@ class Sluice:
             s.host,
             s.grpc_port,
             metrics=self.metrics,
-            credentials=self.tls.grpc_credentials() if self.tls else None,
+            credentials=self.followed_tls.grpc_credentials(),
             reuse_port=shared_ports,
             core=self.rls,
             quota=self.quota,
@@ -355,7 +379,7 @@ class Sluice:
             self._http,
             s.host,
             s.http_port,
-            ssl_context=self.tls.http_context() if self.tls else None,
+            ssl_context=self.followed_tls.http_context(),
             reuse_port=True if shared_ports else None,
         )
         await site.start()
@@ -374,6 +398,7 @@ class Sluice:
         if self.statsd is not None:
             self.statsd.start()
         self.quota.start()
+        self.followed_tls.start()
         self._serving = serving
         if not serving:
             await self._grpc.set_serving(False)
@@ -442,6 +467,7 @@ class Sluice:
             await self._http.cleanup()
         if self._management is not None:
             await self._management.cleanup()
+        await self.followed_tls.stop()
         if self.flusher is not None:
             await self.flusher.stop()
         if self.statsd is not None:

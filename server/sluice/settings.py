@@ -97,6 +97,12 @@ class Settings:
     tls_client_ca_file: str = _setting(
         "", "PEM CA bundle; when set, both ports refuse clients without a certificate it signed."
     )
+    tls_watch_interval_s: float = _setting(
+        1.0,
+        "How often the TLS files (--tls-*, --redis-tls-*) are checked; a changed certificate is "
+        "used for new connections, an invalid one is logged and the previous one serves on. "
+        "0: read once.",
+    )
     backend: str = _setting("memory", "Where algorithm state lives: memory or redis.")
     memory_max_keys: int = _setting(
         1_000_000, "Memory backend: most counters kept; the least recently used is evicted."
@@ -410,6 +416,7 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
         raise ValueError(f"{named('workers')}: '{settings.workers}' is not auto or a number >= 1")
     for name in (
+        "tls_watch_interval_s",
         "drain_delay_s",
         "grpc_max_connection_age_s",
         "grpc_max_connection_age_grace_s",
