@@ -42,7 +42,7 @@ filter as the terminal HTTP filter) with these deliberate changes for gRPC:
   never copied. The HTTP port (aiohttp inside Envoy) takes the same files, through
   ``ServerTls`` as under grpc.aio.
 - With ``--tls-watch-interval-s`` above 0 (the default), the certificate, key and client CA
-  reach the listener through file-based SDS (``sds_resources``, a file in the private
+  reach the listener through file-based SDS (``sds_resources``, files in the private
   directory naming them by path): Envoy watches their directories and takes up a changed
   pair for new handshakes (a pair that does not load is rejected, the old one serves on),
   as sluice/tls_reload.py does for the HTTP port. Envoy's watch sees files moved into
@@ -83,7 +83,7 @@ KILL_AFTER_S = 10.0
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"  # noqa: E501
 _TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 _SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
-SDS_FILE = "sds.json"  # in the private directory, beside envoy.json
+SDS_DIRECTORY = "sds"  # in the private directory, beside envoy.json
 _CERTIFICATE_SECRET = "sluice_certificate"
 _CLIENT_CA_SECRET = "sluice_client_ca"
 
@@ -104,41 +104,43 @@ def envoy_path() -> Path:
     return path
 
 
-def tls_transport_socket(tls: ServerTls, sds_path: Path | None = None) -> dict[str, Any]:
+def tls_transport_socket(tls: ServerTls, sds_dir: Path | None = None) -> dict[str, Any]:
     """The listener's TLS: ``tls``'s certificate and key by path (absolute: Envoy reads them
     at start), TLS 1.2+, ALPN h2; with a client CA, client certificates it signed required.
-    ``sds_path``: the files come through the SDS file there (``sds_resources``), followed."""
+    ``sds_dir``: the files come through the SDS files there (``sds_resources``), followed."""
     common: dict[str, Any] = {
         "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
         "alpn_protocols": ["h2"],
     }
     certificate, validation = _tls_secrets(tls)
-    if sds_path is None:
+    if sds_dir is None:
         common["tls_certificates"] = [certificate]
     else:
         common["tls_certificate_sds_secret_configs"] = [
-            _sds_reference(_CERTIFICATE_SECRET, sds_path)
+            _sds_reference(_CERTIFICATE_SECRET, sds_dir)
         ]
     context: dict[str, Any] = {"@type": _TLS, "common_tls_context": common}
     if validation is not None:
-        if sds_path is None:
+        if sds_dir is None:
             common["validation_context"] = validation
         else:
-            reference = _sds_reference(_CLIENT_CA_SECRET, sds_path)
+            reference = _sds_reference(_CLIENT_CA_SECRET, sds_dir)
             common["validation_context_sds_secret_config"] = reference
         context["require_client_certificate"] = True
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
 
 
-def sds_resources(tls: ServerTls) -> dict[str, Any]:
-    """What the SDS file holds: the certificate and key, and the client CA, by path."""
+def sds_resources(tls: ServerTls) -> dict[str, dict[str, Any]]:
+    """The SDS files to write in ``sds_dir``, by name: the certificate and key, and the client
+    CA, by path; one secret a file (Envoy refuses a file-based SDS file of several)."""
     certificate, validation = _tls_secrets(tls)
-    resources = [{"@type": _SECRET, "name": _CERTIFICATE_SECRET, "tls_certificate": certificate}]
+    secrets = {_CERTIFICATE_SECRET: {"tls_certificate": certificate}}
     if validation is not None:
-        resources.append(
-            {"@type": _SECRET, "name": _CLIENT_CA_SECRET, "validation_context": validation}
-        )
-    return {"resources": resources}
+        secrets[_CLIENT_CA_SECRET] = {"validation_context": validation}
+    return {
+        f"{name}.json": {"resources": [{"@type": _SECRET, "name": name, **secret}]}
+        for name, secret in secrets.items()
+    }
 
 
 def _tls_secrets(tls: ServerTls) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -152,8 +154,9 @@ def _tls_secrets(tls: ServerTls) -> tuple[dict[str, Any], dict[str, Any] | None]
     return certificate, validation
 
 
-def _sds_reference(name: str, sds_path: Path) -> dict[str, Any]:
-    source = {"path_config_source": {"path": str(sds_path)}, "resource_api_version": "V3"}
+def _sds_reference(name: str, sds_dir: Path) -> dict[str, Any]:
+    path = str(sds_dir / f"{name}.json")
+    source = {"path_config_source": {"path": path}, "resource_api_version": "V3"}
     return {"name": name, "sds_config": source}
 
 
@@ -175,11 +178,11 @@ def envoy_config(
     admin_socket: Path,
     app: str = APP,
     tls: ServerTls | None = None,
-    sds_path: Path | None = None,
+    sds_dir: Path | None = None,
 ) -> dict[str, Any]:
     """pyvoy's Envoy config for ``app`` (the Sluice app unless a benchmark's no-op), with the
     changes the module docstring lists; ``tls``: the listener serves TLS (or mTLS), its
-    files followed through the SDS file ``sds_path`` if given."""
+    files followed through the SDS files in ``sds_dir`` if given."""
     envoy_path()  # before pyvoy imports it
     from pyvoy import PyvoyServer
 
@@ -192,7 +195,7 @@ def envoy_config(
         worker_threads=1,
     ).get_envoy_config()
     config["admin"] = {"address": {"pipe": {"path": str(admin_socket), "mode": 0o600}}}
-    if sds_path is not None:
+    if sds_dir is not None:
         config["node"] = {"id": "sluice", "cluster": "sluice"}  # SDS refuses to start without
     config["overload_manager"] = {
         "resource_monitors": [
@@ -210,7 +213,7 @@ def envoy_config(
         listener["enable_reuse_port"] = settings.worker_count > 1
         for chain in listener["filter_chains"]:
             if tls is not None:
-                chain["transport_socket"] = tls_transport_socket(tls, sds_path)
+                chain["transport_socket"] = tls_transport_socket(tls, sds_dir)
             for network_filter in chain["filters"]:
                 typed = network_filter.get("typed_config", {})
                 if typed.get("@type") != _HCM:
@@ -305,11 +308,13 @@ async def serve(
         private = Path(tmp)
         admin_socket = private / "admin.sock"
         config_path = private / "envoy.json"
-        sds_path = None
+        sds_dir = None
         if tls is not None and settings.tls_watch_interval_s > 0:
-            sds_path = private / SDS_FILE
-            sds_path.write_text(json.dumps(sds_resources(tls)))
-        config = envoy_config(settings, admin_socket, tls=tls, sds_path=sds_path)
+            sds_dir = private / SDS_DIRECTORY
+            sds_dir.mkdir()
+            for name, content in sds_resources(tls).items():
+                (sds_dir / name).write_text(json.dumps(content))
+        config = envoy_config(settings, admin_socket, tls=tls, sds_dir=sds_dir)
         config_path.write_text(json.dumps(config))
         env = child_environment(settings, private)
         if worker is not None:
@@ -393,7 +398,7 @@ async def _drive(
         "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS",
     )
     for path in private.iterdir():  # read by the app at import: no longer needed
-        if path not in (admin_socket, config_path, private / SDS_FILE):
+        if path not in (admin_socket, config_path, private / SDS_DIRECTORY):
             path.unlink()
 
     await asyncio.wait((signalled, exited), return_when="FIRST_COMPLETED")
