@@ -9,11 +9,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from aiohttp import web
 from redis.asyncio import Redis, RedisCluster
 
+from sluice.access_log import AccessLog
 from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.over_limit_cache import OverLimitCache
@@ -46,6 +47,9 @@ from sluice.tls_reload import FollowedTls
 from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
+
+if TYPE_CHECKING:  # the module imports OpenTelemetry: only when tracing is on
+    from sluice.tracing import Tracing
 
 __all__ = [
     "GrpcFront",
@@ -176,8 +180,10 @@ class Sluice:
         backend: Backend | None = None,
         metrics_dir: str | None = None,
         grpc_front: GrpcFront | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
-        """``metrics_dir``: one of ``--workers`` processes, whose metrics are added up there."""
+        """``metrics_dir``: one of ``--workers`` processes, whose metrics are added up there.
+        ``tracing``: with ``otel_tracing``, spans made with it (else the OTEL_* variables')."""
         self.settings = settings
         self.tls = ServerTls.from_settings(settings)
         self.clock = clock or SystemClock()
@@ -197,9 +203,18 @@ class Sluice:
         )
         self.metrics = Metrics(self._metric_state, multiprocess_dir=metrics_dir)
         self.lease_store = make_lease_store(settings, redis_ssl_context=redis_ssl_context)
+        # --- OpenTelemetry (sluice/tracing.py): imported only when on ---
+        self.tracing: Tracing | None = None
+        limiter_backend = self.backend
+        if settings.otel_tracing:
+            from sluice.tracing import TimedBackend, start_tracing
+
+            self.tracing = tracing if tracing is not None else start_tracing()
+            limiter_backend = TimedBackend(self.backend)
+        # ---
         self.limiter = RateLimiter(
             lambda: self.snapshot,
-            self.backend,
+            limiter_backend,
             self.clock,
             LimiterSettings(
                 bounds=settings.request_bounds,
@@ -222,7 +237,14 @@ class Sluice:
         )
         self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
-        self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd)
+        access_log = AccessLog.create(settings.access_log_sample_rate)
+        self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd, access_log)
+        if self.tracing is not None:
+            from sluice.tracing import TracedRateLimitCore
+
+            self.rls = TracedRateLimitCore(
+                self.limiter, self.metrics, self.statsd, access_log, tracer=self.tracing.tracer
+            )
         # StreamRateLimitQuotas, whichever transport serves it; its streams end on stop.
         self.quota = QuotaService(
             lambda: self.snapshot,
@@ -473,6 +495,8 @@ class Sluice:
         if self.statsd is not None:
             await self.statsd.stop()  # after the flusher's last drain: nothing is left out
         await self.metrics.stop()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.flush)
         await self.backend.close()
         await self.lease_store.close()
 

@@ -218,6 +218,17 @@ class Settings:
         "auto: one per CPU this process may run on. Above 1 needs --backend redis; with "
         "--transport pyvoy, one Envoy per worker.",
     )
+    access_log_sample_rate: float = _setting(
+        0.0,
+        "Share of ShouldRateLimit calls (0 to 1) logged on the sluice.access logger at DEBUG: "
+        "domain, descriptors, overall code, duration, peer. 0: none; only with --log-level "
+        "DEBUG.",
+    )
+    otel_tracing: bool = _setting(
+        False,
+        "An OpenTelemetry span per ShouldRateLimit, continuing the caller's trace (needs "
+        "sluice[otel]); exported as the standard OTEL_* variables say (OTLP by default).",
+    )
     log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR.")
     log_format: str = _setting(
         "text",
@@ -433,6 +444,8 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     ):
         if getattr(settings, name) < 1:
             raise ValueError(f"{named(name)}: must be at least 1")
+    if not 0 <= settings.access_log_sample_rate <= 1:
+        raise ValueError(f"{named('access_log_sample_rate')}: must be between 0 and 1")
     if settings.log_level.upper() not in LOG_LEVELS:
         raise ValueError(
             f"{named('log_level')}: '{settings.log_level}' is not one of "
