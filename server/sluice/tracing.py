@@ -56,6 +56,7 @@ SPAN_NAME = "ShouldRateLimit"
 _SERVER_ERRORS = frozenset(
     {"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"}
 )
+_RPC_ATTRIBUTES = {"rpc.system": "grpc", "rpc.service": SERVICE, "rpc.method": SPAN_NAME}
 _GRPC_CODES = {
     "OK": 0,
     "INVALID_ARGUMENT": 3,
@@ -147,32 +148,35 @@ class TracedRateLimitCore(RateLimitCore):
         self, request: RateLimitRequest | UndecodableRequest, context: object = None
     ) -> Decision:
         parent = propagate.extract(_carrier(context))
+        # Attributes given together: the SDK takes a lock per set_attribute call.
+        attributes: dict[str, str | int] = dict(_RPC_ATTRIBUTES)
+        if isinstance(request, RateLimitRequest):
+            attributes["sluice.domain"] = request.domain
+            attributes["sluice.descriptors"] = len(request.descriptors)
         with self._tracer.start_as_current_span(
             SPAN_NAME,
             context=parent,
             kind=SpanKind.SERVER,
+            attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            span.set_attribute("rpc.system", "grpc")
-            span.set_attribute("rpc.service", SERVICE)
-            span.set_attribute("rpc.method", SPAN_NAME)
-            if isinstance(request, RateLimitRequest):
-                span.set_attribute("sluice.domain", request.domain)
-                span.set_attribute("sluice.descriptors", len(request.descriptors))
             try:
                 decision = await super().decide(request, context)
             except GrpcError as refusal:
                 name = refusal.status.name
-                span.set_attribute("rpc.grpc.status_code", _GRPC_CODES.get(name, -1))
-                span.set_attribute(
-                    "sluice.overall_code", "invalid" if name == "INVALID_ARGUMENT" else "error"
+                span.set_attributes(
+                    {
+                        "rpc.grpc.status_code": _GRPC_CODES.get(name, -1),
+                        "sluice.overall_code": "invalid" if name == "INVALID_ARGUMENT" else "error",
+                    }
                 )
                 if name in _SERVER_ERRORS:
                     span.set_status(Status(StatusCode.ERROR, refusal.message))
                 raise
-            span.set_attribute("rpc.grpc.status_code", 0)
-            span.set_attribute("sluice.overall_code", decision.overall_code.name)
+            span.set_attributes(
+                {"rpc.grpc.status_code": 0, "sluice.overall_code": decision.overall_code.name}
+            )
             return decision
 
 
