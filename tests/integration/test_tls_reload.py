@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice_client import Client
+from sluice_client import Client, SluiceUnavailable
 from tests.support.certs import Pki, make_pki
 from tests.support.processes import SluiceProcess, sluice_serve, wait_until
 
@@ -133,3 +133,55 @@ def test_rotation_reaches_new_handshakes_and_spares_open_connections(
     finally:
         held_grpc.close()
         held_http.close()
+
+
+def _admitted(server: SluiceProcess, pki: Pki, server_ca: Path) -> tuple[bool, bool]:
+    """Whether a client with ``pki``'s client certificate is admitted on the gRPC port and on
+    the HTTP port (a refused handshake is a False, whichever way it shows)."""
+    try:
+        with Client(
+            server.grpc_target,
+            on_unavailable="raise",
+            timeout_s=5,
+            root_certificates=server_ca,
+            certificate_chain=pki.client_cert,
+            private_key=pki.client_key,
+        ) as client:
+            grpc_ok = client.check("rotation", [{"user": "mtls"}]).allowed
+    except SluiceUnavailable:
+        grpc_ok = False
+    context = ssl.create_default_context(cafile=server_ca)
+    context.load_cert_chain(pki.client_cert, pki.client_key)
+    connection = http.client.HTTPSConnection("127.0.0.1", server.http_port, context=context)
+    try:
+        connection.request("GET", "/healthcheck")
+        http_ok = connection.getresponse().status == 200
+    except (OSError, ssl.SSLError):
+        http_ok = False
+    finally:
+        connection.close()
+    return grpc_ok, http_ok
+
+
+@pytest.mark.parametrize("transport", ["grpcio", "pyvoy"])
+def test_a_rotated_client_ca_admits_the_clients_it_signed(
+    tmp_path: Path, first: Pki, second: Pki, transport: str
+) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    _place(first.ca, certs / "ca.crt")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    args = ["--transport", transport, "--tls-watch-interval-s", "0.1"]
+    args += ["--tls-cert-file", str(first.server_cert), "--tls-key-file", str(first.server_key)]
+    args += ["--tls-client-ca-file", str(certs / "ca.crt")]
+    with sluice_serve(
+        tmp_path, config=policy, extra_args=args, https=first.client_context()
+    ) as server:
+        assert _admitted(server, second, first.ca) == (False, False)
+        _place(second.ca, certs / "ca.crt")
+        wait_until(
+            lambda: _admitted(server, second, first.ca) == (True, True),
+            20,
+            "clients of the new CA admitted on both ports",
+        )
