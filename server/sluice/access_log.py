@@ -69,7 +69,8 @@ class AccessLog:
 
 
 def _peer(context: object) -> str:
-    """grpc.aio's ``context.peer()`` (``ipv4:10.0.0.7:51234``); "-" where not known."""
+    """The call context's ``peer()`` (grpc.aio's, and the ASGI edge's in its format:
+    ``ipv4:10.0.0.7:51234``); "-" where there is none."""
     peer = getattr(context, "peer", None)
     if callable(peer):
         try:
