@@ -350,6 +350,8 @@ class Sluice:
         state["redis_errors"] = self.limiter.backend_errors
         state["global_shadow_answers"] = self.limiter.global_shadow_answers
         state["service_errors"] = self.rls.internal_errors
+        state["tls_reloads"] = self.followed_tls.reloads
+        state["tls_reload_failures"] = self.followed_tls.failures
         state["rlqs_reports"] = self.quota.reports
         state["rlqs_streams"] = self.quota.streams
         state["rlqs_buckets"] = self.quota.buckets

@@ -288,6 +288,14 @@ class FollowedTls:
             self.server.consumers.append(functools.partial(reload_context, context))
         return context
 
+    @property
+    def reloads(self) -> int:
+        return sum(w.reloads for w in (self.server, self.redis) if w is not None)
+
+    @property
+    def failures(self) -> int:
+        return sum(w.failures for w in (self.server, self.redis) if w is not None)
+
     def start(self) -> None:
         for watcher in (self.server, self.redis):
             if watcher is not None:

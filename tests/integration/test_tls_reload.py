@@ -130,9 +130,29 @@ def test_rotation_reaches_new_handshakes_and_spares_open_connections(
         assert _served_certificate(server.http_port, h2=False) == new
         assert _served_certificate(server.grpc_port, h2=True) == new
         assert held_grpc.check("rotation", [{"user": "still"}]).allowed
+        # Counted for alerting (the rename of the key before the certificate may have shown
+        # the watcher a mismatched pair once: a refusal too).
+        metrics = _metrics(server, second)
+        assert metrics["sluice_tls_reloads_total"] == 1
+        assert metrics["sluice_tls_reload_failures_total"] in (1, 2)
     finally:
         held_grpc.close()
         held_http.close()
+
+
+def _metrics(server: SluiceProcess, pki: Pki) -> dict[str, float]:
+    context = ssl.create_default_context(cafile=pki.ca)
+    connection = http.client.HTTPSConnection("127.0.0.1", server.http_port, context=context)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    return {
+        name: float(value)
+        for name, value in (line.split(" ", 1) for line in text.splitlines())
+        if name.startswith("sluice_tls_")
+    }
 
 
 def _admitted(server: SluiceProcess, pki: Pki, server_ca: Path) -> tuple[bool, bool]:
