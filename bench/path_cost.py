@@ -116,13 +116,15 @@ async def drive(
     bodies: list[bytes],
     calls: int,
     every_1000: Callable[[], None] | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> float:
     """CPU seconds per call, ``calls`` calls one after another (CPU time, not wall time:
-    on a shared machine the process is descheduled at random; the best of the repeats counts)."""
+    on a shared machine the process is descheduled at random; the best of the repeats counts).
+    ``headers``: request metadata sent with every call (bench/tracing_cost.py's traceparent)."""
     scope = {
         "type": "http",
         "path": RLS_PATH,
-        "headers": [(b"content-type", b"application/grpc"), (b"te", b"trailers")],
+        "headers": [(b"content-type", b"application/grpc"), (b"te", b"trailers")] + (headers or []),
     }
     sent = []
 

@@ -9,16 +9,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from aiohttp import web
 from redis.asyncio import Redis, RedisCluster
 
+from sluice.access_log import AccessLog
 from sluice.backends import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.over_limit_cache import OverLimitCache
 from sluice.backends.redis.backend import RedisBackend
-from sluice.backends.redis.connect import RedisTls, connect
+from sluice.backends.redis.connect import RedisTls, SharedSslContext, connect
 from sluice.clock import Clock, SystemClock
 from sluice.errors import ConfigDatabaseError
 from sluice.grpc.core import RateLimitCore
@@ -42,9 +43,13 @@ from sluice.rlqs.service import QuotaService, QuotaSettings
 from sluice.settings import Settings
 from sluice.statsd import StatsdSink, parse_tags
 from sluice.tls import ServerTls
+from sluice.tls_reload import FollowedTls
 from sluice.usage.flusher import UsageFlusher
 from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
+
+if TYPE_CHECKING:  # the module imports OpenTelemetry: only when tracing is on
+    from sluice.tracing import Tracing
 
 __all__ = [
     "GrpcFront",
@@ -58,13 +63,16 @@ __all__ = [
 log = logging.getLogger("sluice")
 
 
-def make_backend(settings: Settings) -> Backend:
-    """The backend the settings name: memory, or Redis (with the local over-limit cache)."""
+def make_backend(
+    settings: Settings, *, redis_ssl_context: SharedSslContext | None = None
+) -> Backend:
+    """The backend the settings name: memory, or Redis (with the local over-limit cache).
+    ``redis_ssl_context``: TLS connections to Redis share it (so it can be reloaded)."""
     if settings.backend != "redis":
         return MemoryBackend(max_keys=settings.memory_max_keys)
     log.info("algorithm state in Redis at %s", redact_url(settings.redis_url))
     backend: Backend = RedisBackend(
-        _redis_client(settings),
+        _redis_client(settings, redis_ssl_context=redis_ssl_context),
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
         lean_client=settings.redis_client == "lean",
@@ -74,27 +82,38 @@ def make_backend(settings: Settings) -> Backend:
     return backend
 
 
-def make_exchange(settings: Settings) -> DemandExchange:
+def make_exchange(
+    settings: Settings, *, redis_ssl_context: SharedSslContext | None = None
+) -> DemandExchange:
     """How RLQS instances agree on shares: through Redis when state lives there (every
     instance sharing it shares the limits), else this instance alone."""
     if settings.backend != "redis":
         return LocalExchange()
-    client = _redis_client(settings, pool_size=4)
+    client = _redis_client(settings, pool_size=4, redis_ssl_context=redis_ssl_context)
     return RedisExchange(client, key_prefix=settings.redis_key_prefix)
 
 
-def make_lease_store(settings: Settings) -> LeaseStore:
+def make_lease_store(
+    settings: Settings, *, redis_ssl_context: SharedSslContext | None = None
+) -> LeaseStore:
     """Where concurrency leases are held: with the algorithm state (its own Redis client)."""
     if settings.backend != "redis":
         return MemoryLeaseStore()
     return RedisLeaseStore(
-        _redis_client(settings),
+        _redis_client(settings, redis_ssl_context=redis_ssl_context),
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
     )
 
 
-def _redis_client(settings: Settings, *, pool_size: int | None = None) -> Redis | RedisCluster:
+def _redis_client(
+    settings: Settings,
+    *,
+    pool_size: int | None = None,
+    redis_ssl_context: SharedSslContext | None = None,
+) -> Redis | RedisCluster:
+    """``redis_ssl_context``: TLS connections share it, so a rotated client certificate
+    reaches them (sluice/tls_reload.py)."""
     return connect(
         settings.redis_url,
         pool_size=settings.redis_pool_size if pool_size is None else pool_size,
@@ -102,6 +121,7 @@ def _redis_client(settings: Settings, *, pool_size: int | None = None) -> Redis 
         tls=RedisTls(
             settings.redis_tls_ca_file, settings.redis_tls_cert_file, settings.redis_tls_key_file
         ),
+        shared_ssl_context=redis_ssl_context,
     )
 
 
@@ -160,22 +180,41 @@ class Sluice:
         backend: Backend | None = None,
         metrics_dir: str | None = None,
         grpc_front: GrpcFront | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
-        """``metrics_dir``: one of ``--workers`` processes, whose metrics are added up there."""
+        """``metrics_dir``: one of ``--workers`` processes, whose metrics are added up there.
+        ``tracing``: with ``otel_tracing``, spans made with it (else the OTEL_* variables')."""
         self.settings = settings
         self.tls = ServerTls.from_settings(settings)
         self.clock = clock or SystemClock()
         self.snapshot = Snapshot()
-        self.backend = backend if backend is not None else make_backend(settings)
+        # --- certificates followed while serving (sluice/tls_reload.py) ---
+        redis_ssl_context = SharedSslContext()
+        self.followed_tls = FollowedTls(self.tls, redis_ssl_context, settings)
+        # ---
+        self.backend = (
+            backend
+            if backend is not None
+            else make_backend(settings, redis_ssl_context=redis_ssl_context)
+        )
         # Hits named otherwise than their rule are kept apart only for statsd, which names them.
         self.recorder = UsageRecorder(
             near_limit_ratio=settings.near_limit_ratio, named=bool(settings.statsd_address)
         )
         self.metrics = Metrics(self._metric_state, multiprocess_dir=metrics_dir)
-        self.lease_store = make_lease_store(settings)
+        self.lease_store = make_lease_store(settings, redis_ssl_context=redis_ssl_context)
+        # --- OpenTelemetry (sluice/tracing.py): imported only when on ---
+        self.tracing: Tracing | None = None
+        limiter_backend = self.backend
+        if settings.otel_tracing:
+            from sluice.tracing import TimedBackend, start_tracing
+
+            self.tracing = tracing if tracing is not None else start_tracing()
+            limiter_backend = TimedBackend(self.backend)
+        # ---
         self.limiter = RateLimiter(
             lambda: self.snapshot,
-            self.backend,
+            limiter_backend,
             self.clock,
             LimiterSettings(
                 bounds=settings.request_bounds,
@@ -198,7 +237,14 @@ class Sluice:
         )
         self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
-        self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd)
+        access_log = AccessLog.create(settings.access_log_sample_rate)
+        self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd, access_log)
+        if self.tracing is not None:
+            from sluice.tracing import TracedRateLimitCore
+
+            self.rls = TracedRateLimitCore(
+                self.limiter, self.metrics, self.statsd, access_log, tracer=self.tracing.tracer
+            )
         # StreamRateLimitQuotas, whichever transport serves it; its streams end on stop.
         self.quota = QuotaService(
             lambda: self.snapshot,
@@ -208,7 +254,7 @@ class Sluice:
                 max_buckets_per_stream=settings.rlqs_max_buckets_per_stream,
                 bounds=settings.request_bounds,
             ),
-            exchange=make_exchange(settings),
+            exchange=make_exchange(settings, redis_ssl_context=redis_ssl_context),
             recorder=self.recorder,
             on_assignments=self.metrics.count_rlqs_assignments,
         )
@@ -304,6 +350,8 @@ class Sluice:
         state["redis_errors"] = self.limiter.backend_errors
         state["global_shadow_answers"] = self.limiter.global_shadow_answers
         state["service_errors"] = self.rls.internal_errors
+        state["tls_reloads"] = self.followed_tls.reloads
+        state["tls_reload_failures"] = self.followed_tls.failures
         state["rlqs_reports"] = self.quota.reports
         state["rlqs_streams"] = self.quota.streams
         state["rlqs_buckets"] = self.quota.buckets
@@ -322,7 +370,7 @@ class Sluice:
             s.host,
             s.grpc_port,
             metrics=self.metrics,
-            credentials=self.tls.grpc_credentials() if self.tls else None,
+            credentials=self.followed_tls.grpc_credentials(),
             reuse_port=shared_ports,
             core=self.rls,
             quota=self.quota,
@@ -355,7 +403,7 @@ class Sluice:
             self._http,
             s.host,
             s.http_port,
-            ssl_context=self.tls.http_context() if self.tls else None,
+            ssl_context=self.followed_tls.http_context(),
             reuse_port=True if shared_ports else None,
         )
         await site.start()
@@ -374,6 +422,7 @@ class Sluice:
         if self.statsd is not None:
             self.statsd.start()
         self.quota.start()
+        self.followed_tls.start()
         self._serving = serving
         if not serving:
             await self._grpc.set_serving(False)
@@ -442,11 +491,14 @@ class Sluice:
             await self._http.cleanup()
         if self._management is not None:
             await self._management.cleanup()
+        await self.followed_tls.stop()
         if self.flusher is not None:
             await self.flusher.stop()
         if self.statsd is not None:
             await self.statsd.stop()  # after the flusher's last drain: nothing is left out
         await self.metrics.stop()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.flush)
         await self.backend.close()
         await self.lease_store.close()
 

@@ -73,6 +73,8 @@ _COUNTERS = {
     "redis_late_answers": "Decisions answered unavailable: Redis took longer than 3 timeouts.",
     "local_cache_refusals": "Hits refused by the local over-limit cache, without Redis.",
     "rlqs_reports": "RLQS usage report messages received.",
+    "tls_reloads": "Changed TLS files taken up (the service ports' or the Redis client's).",
+    "tls_reload_failures": "Changed TLS files refused as unusable (the previous ones serve on).",
 }
 # Gauges, and how live workers' values combine (dead workers' values are dropped).
 _GAUGES: dict[str, tuple[str, GaugeMode]] = {

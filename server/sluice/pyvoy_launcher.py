@@ -38,9 +38,15 @@ filter as the terminal HTTP filter) with these deliberate changes for gRPC:
 - With ``--tls-cert-file``/``--tls-key-file``: TLS 1.2+ on the listener, ALPN h2 (no HTTP/3
   listener, which pyvoy's own TLS settings would add); with ``--tls-client-ca-file``, client
   certificates that CA signed are required, so a handshake without one fails before any
-  request is read, as under grpc.aio. Envoy reads the files by their own paths, once at
-  start: the key is never copied. The HTTP port (aiohttp inside Envoy) takes the same files,
-  through ``ServerTls`` as under grpc.aio.
+  request is read, as under grpc.aio. Envoy reads the files by their own paths: the key is
+  never copied. The HTTP port (aiohttp inside Envoy) takes the same files, through
+  ``ServerTls`` as under grpc.aio.
+- With ``--tls-watch-interval-s`` above 0 (the default), the certificate, key and client CA
+  reach the listener through file-based SDS (``sds_resources``, files in the private
+  directory naming them by path): Envoy watches their directories and takes up a changed
+  pair for new handshakes (a pair that does not load is rejected, the old one serves on),
+  as sluice/tls_reload.py does for the HTTP port. Envoy's watch sees files moved into
+  place (a Kubernetes Secret volume's ``..data`` swap, ``mv``), not files written over.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ from typing import Any
 from sluice.settings import Settings, env_name
 from sluice.tls import ServerTls
 
-__all__ = ["envoy_command", "envoy_config", "serve", "tls_transport_socket"]
+__all__ = ["envoy_command", "envoy_config", "sds_resources", "serve", "tls_transport_socket"]
 
 log = logging.getLogger("sluice")
 
@@ -76,6 +82,10 @@ KILL_AFTER_S = 10.0
 
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"  # noqa: E501
 _TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+_SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+SDS_DIRECTORY = "sds"  # in the private directory, beside envoy.json
+_CERTIFICATE_SECRET = "sluice_certificate"
+_CLIENT_CA_SECRET = "sluice_client_ca"
 
 
 def envoy_path() -> Path:
@@ -94,26 +104,60 @@ def envoy_path() -> Path:
     return path
 
 
-def tls_transport_socket(tls: ServerTls) -> dict[str, Any]:
+def tls_transport_socket(tls: ServerTls, sds_dir: Path | None = None) -> dict[str, Any]:
     """The listener's TLS: ``tls``'s certificate and key by path (absolute: Envoy reads them
-    at start), TLS 1.2+, ALPN h2; with a client CA, client certificates it signed required."""
+    at start), TLS 1.2+, ALPN h2; with a client CA, client certificates it signed required.
+    ``sds_dir``: the files come through the SDS files there (``sds_resources``), followed."""
     common: dict[str, Any] = {
         "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
-        "tls_certificates": [
-            {
-                "certificate_chain": {"filename": str(tls.cert_file.resolve())},
-                "private_key": {"filename": str(tls.key_file.resolve())},
-            }
-        ],
         "alpn_protocols": ["h2"],
     }
+    certificate, validation = _tls_secrets(tls)
+    if sds_dir is None:
+        common["tls_certificates"] = [certificate]
+    else:
+        common["tls_certificate_sds_secret_configs"] = [
+            _sds_reference(_CERTIFICATE_SECRET, sds_dir)
+        ]
     context: dict[str, Any] = {"@type": _TLS, "common_tls_context": common}
-    if tls.client_ca_file is not None:
-        common["validation_context"] = {
-            "trusted_ca": {"filename": str(tls.client_ca_file.resolve())}
-        }
+    if validation is not None:
+        if sds_dir is None:
+            common["validation_context"] = validation
+        else:
+            reference = _sds_reference(_CLIENT_CA_SECRET, sds_dir)
+            common["validation_context_sds_secret_config"] = reference
         context["require_client_certificate"] = True
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def sds_resources(tls: ServerTls) -> dict[str, dict[str, Any]]:
+    """The SDS files to write in ``sds_dir``, by name: the certificate and key, and the client
+    CA, by path; one secret a file (Envoy refuses a file-based SDS file of several)."""
+    certificate, validation = _tls_secrets(tls)
+    secrets = {_CERTIFICATE_SECRET: {"tls_certificate": certificate}}
+    if validation is not None:
+        secrets[_CLIENT_CA_SECRET] = {"validation_context": validation}
+    return {
+        f"{name}.json": {"resources": [{"@type": _SECRET, "name": name, **secret}]}
+        for name, secret in secrets.items()
+    }
+
+
+def _tls_secrets(tls: ServerTls) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    certificate = {
+        "certificate_chain": {"filename": str(tls.cert_file.resolve())},
+        "private_key": {"filename": str(tls.key_file.resolve())},
+    }
+    validation = None
+    if tls.client_ca_file is not None:
+        validation = {"trusted_ca": {"filename": str(tls.client_ca_file.resolve())}}
+    return certificate, validation
+
+
+def _sds_reference(name: str, sds_dir: Path) -> dict[str, Any]:
+    path = str(sds_dir / f"{name}.json")
+    source = {"path_config_source": {"path": path}, "resource_api_version": "V3"}
+    return {"name": name, "sds_config": source}
 
 
 # Envoy's own lines as JSON, with the keys sluice/logs.py's JsonFormatter writes.
@@ -130,10 +174,15 @@ def envoy_command(config_path: Path, log_format: str = "text") -> list[str]:
 
 
 def envoy_config(
-    settings: Settings, admin_socket: Path, app: str = APP, tls: ServerTls | None = None
+    settings: Settings,
+    admin_socket: Path,
+    app: str = APP,
+    tls: ServerTls | None = None,
+    sds_dir: Path | None = None,
 ) -> dict[str, Any]:
     """pyvoy's Envoy config for ``app`` (the Sluice app unless a benchmark's no-op), with the
-    changes the module docstring lists; ``tls``: the listener serves TLS (or mTLS)."""
+    changes the module docstring lists; ``tls``: the listener serves TLS (or mTLS), its
+    files followed through the SDS files in ``sds_dir`` if given."""
     envoy_path()  # before pyvoy imports it
     from pyvoy import PyvoyServer
 
@@ -146,6 +195,8 @@ def envoy_config(
         worker_threads=1,
     ).get_envoy_config()
     config["admin"] = {"address": {"pipe": {"path": str(admin_socket), "mode": 0o600}}}
+    if sds_dir is not None:
+        config["node"] = {"id": "sluice", "cluster": "sluice"}  # SDS refuses to start without
     config["overload_manager"] = {
         "resource_monitors": [
             {
@@ -162,7 +213,7 @@ def envoy_config(
         listener["enable_reuse_port"] = settings.worker_count > 1
         for chain in listener["filter_chains"]:
             if tls is not None:
-                chain["transport_socket"] = tls_transport_socket(tls)
+                chain["transport_socket"] = tls_transport_socket(tls, sds_dir)
             for network_filter in chain["filters"]:
                 typed = network_filter.get("typed_config", {})
                 if typed.get("@type") != _HCM:
@@ -257,7 +308,14 @@ async def serve(
         private = Path(tmp)
         admin_socket = private / "admin.sock"
         config_path = private / "envoy.json"
-        config_path.write_text(json.dumps(envoy_config(settings, admin_socket, tls=tls)))
+        sds_dir = None
+        if tls is not None and settings.tls_watch_interval_s > 0:
+            sds_dir = private / SDS_DIRECTORY
+            sds_dir.mkdir()
+            for name, content in sds_resources(tls).items():
+                (sds_dir / name).write_text(json.dumps(content))
+        config = envoy_config(settings, admin_socket, tls=tls, sds_dir=sds_dir)
+        config_path.write_text(json.dumps(config))
         env = child_environment(settings, private)
         if worker is not None:
             env[WORKER_VARIABLE] = str(worker)
@@ -340,7 +398,7 @@ async def _drive(
         "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS",
     )
     for path in private.iterdir():  # read by the app at import: no longer needed
-        if path not in (admin_socket, config_path):
+        if path not in (admin_socket, config_path, private / SDS_DIRECTORY):
             path.unlink()
 
     await asyncio.wait((signalled, exited), return_when="FIRST_COMPLETED")

@@ -97,6 +97,12 @@ class Settings:
     tls_client_ca_file: str = _setting(
         "", "PEM CA bundle; when set, both ports refuse clients without a certificate it signed."
     )
+    tls_watch_interval_s: float = _setting(
+        1.0,
+        "How often the TLS files (--tls-*, --redis-tls-*) are checked; a changed certificate is "
+        "used for new connections, an invalid one is logged and the previous one serves on. "
+        "0: read once.",
+    )
     backend: str = _setting("memory", "Where algorithm state lives: memory or redis.")
     memory_max_keys: int = _setting(
         1_000_000, "Memory backend: most counters kept; the least recently used is evicted."
@@ -211,6 +217,17 @@ class Settings:
         "Server processes sharing both ports (SO_REUSEPORT), under a supervisor when above 1; "
         "auto: one per CPU this process may run on. Above 1 needs --backend redis; with "
         "--transport pyvoy, one Envoy per worker.",
+    )
+    access_log_sample_rate: float = _setting(
+        0.0,
+        "Share of ShouldRateLimit calls (0 to 1) logged on the sluice.access logger at DEBUG: "
+        "domain, descriptors, overall code, duration, peer. 0: none; only with --log-level "
+        "DEBUG.",
+    )
+    otel_tracing: bool = _setting(
+        False,
+        "An OpenTelemetry span per ShouldRateLimit, continuing the caller's trace (needs "
+        "sluice[otel]); exported as the standard OTEL_* variables say (OTLP by default).",
     )
     log_level: str = _setting("INFO", "DEBUG, INFO, WARNING or ERROR.")
     log_format: str = _setting(
@@ -410,6 +427,7 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
         raise ValueError(f"{named('workers')}: '{settings.workers}' is not auto or a number >= 1")
     for name in (
+        "tls_watch_interval_s",
         "drain_delay_s",
         "grpc_max_connection_age_s",
         "grpc_max_connection_age_grace_s",
@@ -426,6 +444,8 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     ):
         if getattr(settings, name) < 1:
             raise ValueError(f"{named(name)}: must be at least 1")
+    if not 0 <= settings.access_log_sample_rate <= 1:
+        raise ValueError(f"{named('access_log_sample_rate')}: must be between 0 and 1")
     if settings.log_level.upper() not in LOG_LEVELS:
         raise ValueError(
             f"{named('log_level')}: '{settings.log_level}' is not one of "

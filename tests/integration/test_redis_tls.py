@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -23,10 +24,13 @@ import pytest
 import redis
 
 from sluice.algorithms import ALGORITHMS, Limit
+from sluice.app import make_backend
 from sluice.backends import Hit
 from sluice.backends.redis.backend import RedisBackend
-from sluice.backends.redis.connect import RedisTls, connect
+from sluice.backends.redis.connect import RedisTls, SharedSslContext, connect
 from sluice.errors import BackendUnavailableError
+from sluice.settings import Settings
+from sluice.tls_reload import FollowedTls
 from tests.support.certs import Pki, make_pki
 from tests.support.processes import SluiceProcess, free_port, sluice_serve, wait_until
 
@@ -212,5 +216,71 @@ def test_the_lean_client_path_speaks_tls_and_authenticates(tls_redis: TlsRedis) 
     assert asyncio.run(decide(with_cert)) == [True, True, False]
     with pytest.raises(BackendUnavailableError, match="ConnectionError"):
         asyncio.run(decide(RedisTls(str(pki.ca))))
+    with tls_redis.admin() as admin:
+        admin.flushall()
+
+
+def test_a_rotated_client_certificate_reaches_new_connections_only(
+    tmp_path: Path, tls_redis: TlsRedis
+) -> None:
+    # The wiring `sluice serve` uses (FollowedTls over the client's SharedSslContext): the
+    # connection the backend holds goes on; a new handshake presents the new certificate,
+    # which Redis refuses here when it is the rogue CA's and accepts when it is ours again;
+    # a file that is no certificate changes nothing.
+    pki = tls_redis.pki
+    cert, key = tmp_path / "client.crt", tmp_path / "client.key"
+    cert.write_bytes(pki.client_cert.read_bytes())
+    key.write_bytes(pki.client_key.read_bytes())
+    url = f"rediss://sluice:{PASSWORD}@127.0.0.1:{tls_redis.port}/0"
+    settings = Settings(
+        backend="redis",
+        redis_url=url,
+        redis_tls_ca_file=str(pki.ca),
+        redis_tls_cert_file=str(cert),
+        redis_tls_key_file=str(key),
+    )
+    hit = Hit(("tls", "rotation"), (Limit(100, 3600, ALGORITHMS["gcra"], 100),), 1)
+
+    async def handshake_accepted(shared: SharedSslContext) -> bool:
+        # Redis checks the client certificate in the handshake (TLS 1.3: it says so on the
+        # first read), so a PING tells.
+        assert shared.context is not None
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", tls_redis.port, ssl=shared.context, server_hostname="127.0.0.1"
+        )
+        try:
+            writer.write(b"PING\r\n")
+            return await reader.read(100) != b""
+        except (OSError, ssl.SSLError):
+            return False
+        finally:
+            writer.close()
+
+    async def rotate() -> list[object]:
+        shared = SharedSslContext()
+        backend = make_backend(settings, redis_ssl_context=shared)
+        followed = FollowedTls(None, shared, settings)
+        assert followed.redis is not None
+        seen: list[object] = []
+        try:
+            seen.append((await backend.apply([hit], time.time()))[0][0].allowed)
+            seen.append(await handshake_accepted(shared))
+            cert.write_bytes(pki.rogue_cert.read_bytes())
+            key.write_bytes(pki.rogue_key.read_bytes())
+            seen.append(await followed.redis.check_now())
+            seen.append(await handshake_accepted(shared))  # Redis refuses the rogue one
+            seen.append((await backend.apply([hit], time.time()))[0][0].allowed)  # held
+            cert.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+            seen.append(await followed.redis.check_now())
+            seen.append(followed.redis.failures)
+            cert.write_bytes(pki.client_cert.read_bytes())
+            key.write_bytes(pki.client_key.read_bytes())
+            seen.append(await followed.redis.check_now())
+            seen.append(await handshake_accepted(shared))
+        finally:
+            await backend.close()
+        return seen
+
+    assert asyncio.run(rotate()) == [True, True, True, False, True, False, 1, True, True]
     with tls_redis.admin() as admin:
         admin.flushall()

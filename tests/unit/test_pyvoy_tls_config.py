@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.pyvoy_launcher import envoy_config
+from sluice.pyvoy_launcher import envoy_config, sds_resources
 from sluice.settings import Settings
 from sluice.tls import ServerTls
 from tests.support.certs import Pki, make_pki
@@ -91,3 +91,47 @@ def test_relative_paths_become_absolute(
         "tls_certificates"
     ]
     assert certificate["private_key"] == {"filename": str(pki.server_key.resolve())}
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_followed_files_come_through_file_based_sds(tmp_path: Path, pki: Pki, mutual: bool) -> None:
+    # What makes Envoy take up rotated files itself (tests/integration/test_tls_reload.py
+    # shows it does): the listener names SDS secrets, each SDS file names files by path.
+    tls = _tls(pki, mutual=mutual)
+    config = envoy_config(
+        Settings(transport="pyvoy"), tmp_path / "admin.sock", tls=tls, sds_dir=tmp_path
+    )
+    assert config["node"] == {"id": "sluice", "cluster": "sluice"}  # SDS needs one
+    [chain] = _chains(config)
+    context = chain["transport_socket"]["typed_config"]
+    common = context["common_tls_context"]
+    assert "tls_certificates" not in common and "validation_context" not in common
+
+    def source(name: str) -> dict:
+        path = str(tmp_path / f"{name}.json")
+        return {"path_config_source": {"path": path}, "resource_api_version": "V3"}
+
+    assert common["tls_certificate_sds_secret_configs"] == [
+        {"name": "sluice_certificate", "sds_config": source("sluice_certificate")}
+    ]
+    files = sds_resources(tls)
+    # One secret a file: Envoy refuses a file-based SDS file holding several.
+    assert all(len(content["resources"]) == 1 for content in files.values())
+    [certificate] = files["sluice_certificate.json"]["resources"]
+    assert certificate["name"] == "sluice_certificate"
+    assert certificate["tls_certificate"] == {
+        "certificate_chain": {"filename": str(pki.server_cert.resolve())},
+        "private_key": {"filename": str(pki.server_key.resolve())},
+    }
+    if mutual:
+        assert common["validation_context_sds_secret_config"] == {
+            "name": "sluice_client_ca",
+            "sds_config": source("sluice_client_ca"),
+        }
+        assert context["require_client_certificate"] is True
+        [ca] = files["sluice_client_ca.json"]["resources"]
+        assert ca["validation_context"] == {"trusted_ca": {"filename": str(pki.ca.resolve())}}
+    else:
+        assert list(files) == ["sluice_certificate.json"]
+        assert "require_client_certificate" not in context
+    assert "PRIVATE KEY" not in json.dumps(config) + json.dumps(files)

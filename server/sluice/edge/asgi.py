@@ -94,6 +94,7 @@ class Context:
     """One call: its method, request metadata and deadline; response metadata to send."""
 
     __slots__ = (
+        "_client",
         "_headers",
         "_initial",
         "_metadata",
@@ -103,10 +104,17 @@ class Context:
         "method",
     )
 
-    def __init__(self, method: str, headers: list[tuple[bytes, bytes]], deadline: float | None):
+    def __init__(
+        self,
+        method: str,
+        headers: list[tuple[bytes, bytes]],
+        deadline: float | None,
+        client: tuple[str, int] | None = None,
+    ):
         self.method = method
         self.deadline = deadline  # the event loop's time(), or None
         self._headers = headers
+        self._client = client  # the ASGI scope's: the peer's address and port
         self._metadata: list[tuple[str, str | bytes]] | None = None
         self._initial: list[tuple[bytes, bytes]] = []
         self._trailing: list[tuple[bytes, bytes]] = []
@@ -122,6 +130,15 @@ class Context:
                 if (key := raw.decode("latin-1")) not in _RESERVED and not key.startswith(":")
             ]
         return self._metadata
+
+    def peer(self) -> str:
+        """The caller's address as grpc.aio's ``context.peer()`` writes it
+        (``ipv4:10.0.0.7:51234``, ``ipv6:[::1]:51234``); ``unknown`` when the server did not
+        say."""
+        if not self._client:
+            return "unknown"
+        host, port = self._client
+        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
     def time_remaining(self) -> float | None:
         if self.deadline is None:
@@ -320,7 +337,7 @@ class GrpcApp:
         deadline = None
         if timeout is not None and (seconds := parse_timeout(timeout)) is not None:
             deadline = asyncio.get_running_loop().time() + seconds
-        context = Context(path, headers, deadline)
+        context = Context(path, headers, deadline, scope.get("client"))
         reader = _Reader(receive, encoding == b"gzip", self.max_receive_message_bytes)
         try:
             if method.kind is UNARY_UNARY:

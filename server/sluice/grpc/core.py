@@ -23,6 +23,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from sluice.access_log import AccessLog
 from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
 from sluice.grpc.codec import parse_request
@@ -70,9 +71,11 @@ class RateLimitCore:
         limiter: RateLimiter,
         metrics: Metrics | None = None,
         statsd: StatsdSink | None = None,
+        access_log: AccessLog | None = None,
     ) -> None:
         self._limiter = limiter
         self._statsd = statsd
+        self._access_log = access_log  # None unless sampling and at DEBUG
         self.internal_errors = 0  # calls answered INTERNAL (upstream's service_error)
         self._latency = metrics.request_seconds if metrics is not None else None
         # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
@@ -104,8 +107,8 @@ class RateLimitCore:
     ) -> Decision:
         """The response to one ShouldRateLimit call, or ``GrpcError`` saying which status.
 
-        ``context`` (the transport's call context) is not used: it lets the edge call this
-        method as the handler itself."""
+        ``context``: the transport's call context (the edge calls this method as the handler
+        itself), read only by the access log (the peer) and the traced core (metadata)."""
         if self._draining:
             raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
         started = time.perf_counter()
@@ -144,6 +147,8 @@ class RateLimitCore:
                 observer.observe(elapsed)
             if self._statsd is not None:
                 self._statsd.observe_request(elapsed)
+            if self._access_log is not None:
+                self._access_log.observe(request, code, elapsed, context)
         return decision
 
 

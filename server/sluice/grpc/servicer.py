@@ -47,7 +47,7 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> Decision:
         try:
-            return await self._decide(request)
+            return await self._decide(request, context)  # the context: trace metadata
         except GrpcError as refusal:
             await context.abort(grpc.StatusCode[refusal.status.name], refusal.message)
             raise  # not reached: abort raises

@@ -20,17 +20,23 @@ failing when every connection is busy.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import RedisSSLContext, SSLConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 
-__all__ = ["RedisTls", "RedisUrl", "connect", "parse_url"]
+__all__ = ["RedisTls", "RedisUrl", "SharedSslContext", "connect", "parse_url"]
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -106,26 +112,75 @@ class RedisTls:
         return options
 
 
+class SharedSslContext:
+    """One ``ssl.SSLContext`` for every TLS connection of a client, so that a new client
+    certificate can be loaded into it once (``sluice.tls_reload``) and reach every connection
+    opened after, redis-py's and the lean client's alike. redis-py would otherwise build a
+    context per connection object, from the files, and keep it across reconnects.
+
+    The first connection builds it by redis-py's own rules (its URL's ``ssl_*`` options
+    included); None until then."""
+
+    def __init__(self) -> None:
+        self.context: ssl.SSLContext | None = None
+
+    def get(self, own: RedisSSLContext) -> ssl.SSLContext:
+        if self.context is None:
+            self.context = own.get()
+        return self.context
+
+
+class _SharedContextMixin:
+    ssl_context: RedisSSLContext
+
+    def __init__(self, *args: Any, shared_ssl_context: SharedSslContext, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # RedisSSLContext.get() returns a context it holds: this one, never its own.
+        self.ssl_context.context = shared_ssl_context.get(self.ssl_context)
+
+
+class _SharedContextSSLConnection(_SharedContextMixin, SSLConnection):
+    pass
+
+
+class _SharedContextSentinelSSLConnection(_SharedContextMixin, SentinelManagedSSLConnection):
+    pass
+
+
 def connect(
-    url: str, *, pool_size: int = 16, timeout_s: float = 0.1, tls: RedisTls | None = None
+    url: str,
+    *,
+    pool_size: int = 16,
+    timeout_s: float = 0.1,
+    tls: RedisTls | None = None,
+    shared_ssl_context: SharedSslContext | None = None,
 ) -> Redis | RedisCluster:
-    """A client for ``url``; nothing connects until the first command."""
+    """A client for ``url``; nothing connects until the first command. ``shared_ssl_context``:
+    every TLS connection uses that one context (not on Cluster, whose nodes redis-py builds
+    without a connection class of ours: each new connection there reads the files)."""
     common: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
         "retry": Retry(NoBackoff(), 0),
     }
     scheme = url.partition("://")[0]
+    shared: dict[str, Any] = {}
     if tls is not None and scheme.startswith("rediss"):
         # Only TLS connection classes take these; a plain redis:// URL ignores the files.
         common.update(tls.options())
+        if shared_ssl_context is not None:
+            shared["shared_ssl_context"] = shared_ssl_context
     if scheme in PLAIN_SCHEMES:
         pool = BlockingConnectionPool.from_url(
-            url, max_connections=pool_size, timeout=timeout_s, **common
+            url, max_connections=pool_size, timeout=timeout_s, **common, **shared
         )
+        if shared:  # after: the URL's scheme names redis-py's class, and would win
+            pool.connection_class = _SharedContextSSLConnection
         return Redis.from_pool(pool)
     if scheme in SENTINEL_SCHEMES:
-        return _sentinel(parse_url(url), pool_size, timeout_s, common)
+        if shared:
+            shared["connection_class"] = _SharedContextSentinelSSLConnection
+        return _sentinel(parse_url(url), pool_size, timeout_s, common, shared)
     if scheme in CLUSTER_SCHEMES:
         parsed = parse_url(url)
         if parsed.path:
@@ -144,7 +199,13 @@ def connect(
     )
 
 
-def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict[str, Any]) -> Redis:
+def _sentinel(
+    parsed: RedisUrl,
+    pool_size: int,
+    timeout_s: float,
+    common: dict[str, Any],
+    shared: dict[str, Any],
+) -> Redis:
     if not parsed.path or len(parsed.path) > 2:
         raise ValueError("a redis+sentinel:// URL needs /SERVICE_NAME[/DB] after the hosts")
     service = parsed.path[0]
@@ -165,5 +226,6 @@ def _sentinel(parsed: RedisUrl, pool_size: int, timeout_s: float, common: dict[s
         password=parsed.password,
         ssl=parsed.tls,
         **common,
+        **shared,
     )
     return master

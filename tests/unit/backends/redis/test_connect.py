@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
-from sluice.backends.redis.connect import RedisUrl, connect, parse_url
+from sluice.backends.redis.connect import (
+    RedisTls,
+    RedisUrl,
+    SharedSslContext,
+    connect,
+    parse_url,
+)
+from tests.support.certs import make_pki
 
 
 def test_sentinel_urls() -> None:
@@ -54,3 +63,22 @@ def test_clients_have_bounded_blocking_pools_and_short_timeouts() -> None:
     assert isinstance(sentinel.connection_pool, BlockingConnectionPool)
     assert sentinel.connection_pool.max_connections == 3
     assert isinstance(connect("redis+cluster://127.0.0.1:1"), RedisCluster)
+
+
+@pytest.mark.parametrize(
+    "url", ["rediss://127.0.0.1:1/0", "rediss+sentinel://127.0.0.1:1/mymaster"]
+)
+def test_tls_connections_share_one_context_to_reload(tmp_path: Path, url: str) -> None:
+    # sluice.tls_reload loads a rotated client certificate into SharedSslContext.context:
+    # every connection the pool opens must use that one, not a context of its own.
+    pki = make_pki(tmp_path)
+    shared = SharedSslContext()
+    tls = RedisTls(str(pki.ca), str(pki.client_cert), str(pki.client_key))
+    client = connect(url, tls=tls, shared_ssl_context=shared)
+    first, second = (client.connection_pool.make_connection() for _ in range(2))
+    assert shared.context is not None
+    assert first.ssl_context.get() is shared.context
+    assert second.ssl_context.get() is shared.context
+    # Without one, each connection builds its own from the files, as redis-py does.
+    own = connect(url, tls=tls).connection_pool.make_connection()
+    assert own.ssl_context.get() is not shared.context
