@@ -62,6 +62,22 @@ def test_live_usage_per_rule_with_top_offenders(database_url: str, store: Policy
     ]
 
 
+def test_live_usage_marks_what_rlqs_data_planes_reported(
+    database_url: str, store: PolicyStore
+) -> None:
+    at = sign_in(new_app(), "ed")
+    second = int(time.time()) - 3
+    UsageStore(store.database).add(
+        {("shop.user (rlqs)", second): [50, 5, 0, 0, 0, 0]},
+        {("shop.user (rlqs)", second - second % 60): {"user,mallory": 5}},
+    )
+    at = open_page(at, "live")
+    no_exceptions(at)
+    assert "shop.user (rlqs)" in [t.value for t in at.text]
+    assert any("Reported over RLQS" in c.value for c in at.caption)
+    assert (metric(at, "Admitted"), metric(at, "Rejected")) == ("50", "5")
+
+
 @pytest.mark.parametrize("label", ["1 h", "24 h"])
 def test_longer_ranges_read_per_minute_figures(
     database_url: str, store: PolicyStore, label: str

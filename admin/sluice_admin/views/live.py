@@ -7,6 +7,7 @@ import time
 import pandas as pd
 import streamlit as st
 
+from sluice.rlqs.service import RLQS_USAGE_SUFFIX
 from sluice.usage.store import MINUTE, SECOND
 from sluice_admin import charts, metrics, pending, session
 from sluice_admin.data import AdminData
@@ -61,6 +62,11 @@ def _rule(data: AdminData, rule: str, points: list, since: int, now: int, resolu
         return
     with st.container(border=True):
         st.text(rule)  # a rule id is user-written keys and values: plain text
+        if rule.endswith(RLQS_USAGE_SUFFIX):
+            st.caption(
+                "Reported over RLQS: the data planes (Envoy's rate_limit_quota filter, "
+                "sluice-client quotas) decided these requests from Sluice's assignments."
+            )
         a, b, c, d, e = st.columns(5)
         a.metric("Admitted", t.allowed)
         b.metric("Rejected", t.over_limit)
