@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.algorithms import ALGORITHMS, Limit
+from sluice.algorithms import ALGORITHMS, Limit, Outcome
 from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.over_limit_cache import OverLimitCache
@@ -44,6 +45,8 @@ def test_admits_and_refuses_exactly_like_the_backend_alone(example) -> None:
     now, steps = example
     plain = MemoryBackend()
     cached = OverLimitCache(MemoryBackend(), max_keys=2)
+    # Per counter and limits: when the backend last decided a hit there, and what it said.
+    learnt: dict[tuple, tuple[float, tuple[Outcome, ...]]] = {}
 
     async def check() -> None:
         t = now
@@ -52,27 +55,40 @@ def test_admits_and_refuses_exactly_like_the_backend_alone(example) -> None:
             expected = plain.apply_now(hits, t)
             local_before = cached.local_refusals
             got = await cached.apply(hits, t)
+            [hit] = hits
             if cached.local_refusals == local_before:
                 assert got == expected  # decided by the backend: the backend's own outcomes
+                learnt[(hit.counter_key, hit.limits)] = (t, expected[0])
                 continue
-            for answer, truth in zip(got, expected, strict=True):
-                assert not all(o.allowed for o in answer)  # the cache only ever refuses
-                assert not all(e.allowed for e in truth)
-                # What a client is told of a refused hit: the refusing limit with the longest
-                # wait (limiter._status). A limit that refused with a shorter wait may admit by
-                # now, but never decides while the longest wait lasts.
-                refused = [k for k, x in enumerate(answer) if not x.allowed]
-                i = max(refused, key=lambda k: answer[k].reset_s)
-                o, e = answer[i], truth[i]
-                assert not e.allowed and (o.fits, o.delay_s) == (e.fits, e.delay_s)
-                # The wait is the backend's, aged by the time since: equal but for the rounding
-                # of that subtraction; and still the longest.
-                assert o.reset_s == pytest.approx(e.reset_s, rel=1e-12, abs=1e-9)
-                longest = max(x.reset_s for x in truth if not x.allowed)
-                assert o.reset_s == pytest.approx(longest, rel=1e-12, abs=1e-9)
-                # Remaining as of the remembered refusal: capacity only comes back with time
-                # while a counter is refused, so it never promises more than is there.
+            [answer], [truth] = got, expected
+            # Every field of every limit is the backend's last answer on this counter, its
+            # waits aged by the time since (nothing else happened to the counter meanwhile).
+            at, remembered = learnt[(hit.counter_key, hit.limits)]
+            assert [replace(o, reset_s=0.0) for o in answer] == [
+                replace(o, reset_s=0.0, local=True) for o in remembered
+            ]
+            for o, r in zip(answer, remembered, strict=True):
+                assert o.reset_s == pytest.approx(max(r.reset_s - (t - at), 0.0), abs=1e-9)
+            assert not all(o.allowed for o in answer)  # the cache only ever refuses
+            assert not all(e.allowed for e in truth)
+            for o, e in zip(answer, truth, strict=True):
+                assert o.fits == e.fits
+                # Capacity only comes back with time while a counter is refused: what the
+                # cache says is left never exceeds what is, and a limit it says admits does.
                 assert 0 <= o.remaining <= e.remaining
+                assert e.allowed or not o.allowed
+            # What a client is told of a refused hit: the refusing limit with the longest
+            # wait (limiter._status). A limit that refused with a shorter wait may admit by
+            # now, but never decides while the longest wait lasts.
+            refused = [k for k, x in enumerate(answer) if not x.allowed]
+            i = max(refused, key=lambda k: answer[k].reset_s)
+            o, e = answer[i], truth[i]
+            assert not e.allowed and (o.fits, o.delay_s) == (e.fits, e.delay_s)
+            # The wait is the backend's, aged by the time since: equal but for the rounding
+            # of that subtraction; and still the longest.
+            assert o.reset_s == pytest.approx(e.reset_s, rel=1e-12, abs=1e-9)
+            longest = max(x.reset_s for x in truth if not x.allowed)
+            assert o.reset_s == pytest.approx(longest, rel=1e-12, abs=1e-9)
 
     run(check())
 
