@@ -26,6 +26,7 @@ from sluice.grpc.core import RateLimitCore
 from sluice.grpc.leases import LeaseCore
 from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
+from sluice.http.connections import BoundedRunner
 from sluice.http.management import make_management_app
 from sluice.leases import LeaseService, LeaseStore, MemoryLeaseStore
 from sluice.leases.redis import RedisLeaseStore
@@ -386,14 +387,17 @@ class Sluice:
             snapshot=lambda: self.snapshot,
             status=self.status,
             max_body_bytes=s.http_max_body_bytes,
+            body_timeout_s=s.http_idle_timeout_s,
             service=self.service,
             api_token=s.api_token,
             metrics=self.metrics,
         )
         # Requests still in flight at shutdown get the same grace as gRPC calls, not aiohttp's
         # own 60 s: a stuck client must not hold the process past its drain.
-        self._http = web.AppRunner(
+        self._http = BoundedRunner(
             app,
+            idle_timeout_s=s.http_idle_timeout_s,
+            max_idle_connections=s.http_max_idle_connections,
             access_log=None,
             handle_signals=False,
             shutdown_timeout=s.shutdown_grace_s,
@@ -443,7 +447,13 @@ class Sluice:
         why), and nothing on it that reads or changes policies or counters."""
         s = self.settings
         app = make_management_app(not_ready_reason=self.readiness.reason, metrics=self.metrics)
-        self._management = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._management = BoundedRunner(
+            app,
+            idle_timeout_s=s.http_idle_timeout_s,
+            max_idle_connections=s.http_max_idle_connections,
+            access_log=None,
+            handle_signals=False,
+        )
         await self._management.setup()
         site = web.TCPSite(
             self._management,

@@ -157,6 +157,17 @@ class Settings:
     max_key_length: int = _setting(256, "Longest entry key.")
     max_value_length: int = _setting(1024, "Longest entry value.")
     http_max_body_bytes: int = _setting(65536, "Largest body the HTTP /json endpoint accepts.")
+    http_idle_timeout_s: float = _setting(
+        15.0,
+        "HTTP and management ports: a connection that has not sent a whole request's headers "
+        "this long after it opened or after its last answer is closed (slow headers and idle "
+        "keep-alive alike); a /json body must arrive within it too (else 408).",
+    )
+    http_max_idle_connections: int = _setting(
+        1000,
+        "HTTP and management ports, each: most idle connections kept (one still sending its "
+        "headers counts); past it the one idle longest is closed.",
+    )
     api_token: str = _setting(
         "", "Bearer token for the policy write API (/api/v1); empty disables the API.", secret=True
     )
@@ -441,6 +452,7 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
         "local_cache_max_keys",
         "rlqs_assignment_ttl_s",
         "rlqs_max_buckets_per_stream",
+        "http_max_idle_connections",
     ):
         if getattr(settings, name) < 1:
             raise ValueError(f"{named(name)}: must be at least 1")
@@ -466,6 +478,8 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
         parse_tags(settings.statsd_tags)
     except ValueError as exc:
         raise ValueError(f"{named('statsd_tags')}: {exc}") from None
+    if settings.http_idle_timeout_s <= 0:
+        raise ValueError(f"{named('http_idle_timeout_s')}: must be above 0")
     if settings.statsd_flush_interval_s <= 0:
         raise ValueError(f"{named('statsd_flush_interval_s')}: must be above 0")
     if settings.log_format not in LOG_FORMATS:

@@ -60,6 +60,12 @@ def test_boolean_flags_have_a_negative_form() -> None:
         ),
         (("--redis-key-prefix", "a{b}:"), {}, "--redis-key-prefix: may not contain '{' or '}'"),
         (("--redis-pool-size", "0"), {}, "--redis-pool-size: must be at least 1"),
+        (("--http-idle-timeout-s", "0"), {}, "--http-idle-timeout-s: must be above 0"),
+        (
+            (),
+            {"SLUICE_HTTP_MAX_IDLE_CONNECTIONS": "0"},
+            "--http-max-idle-connections: must be at least 1",
+        ),
         (("--workers", "0"), {}, "--workers: '0' is not auto or a number >= 1"),
         ((), {"SLUICE_WORKERS": "many"}, "--workers: 'many' is not auto or a number >= 1"),
     ],

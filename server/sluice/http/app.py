@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -38,6 +39,7 @@ def make_app(
     snapshot: Callable[[], Snapshot],
     status: Callable[[], dict[str, Any]],
     max_body_bytes: int,
+    body_timeout_s: float = 15.0,
     service: PolicyService | None = None,
     api_token: str = "",
     metrics: Metrics | None = None,
@@ -55,7 +57,15 @@ def make_app(
         if request.content_length is not None and request.content_length > max_body_bytes:
             return _error(413, too_large)
         try:
-            body = await request.read()
+            # A body trickled in holds a connection and a handler: it gets as long as the
+            # headers did (--http-idle-timeout-s).
+            async with asyncio.timeout(body_timeout_s):
+                body = await request.read()
+        except TimeoutError:
+            # Closed after the answer: the rest of the body is not waited for.
+            response = _error(408, f"body: not received within {body_timeout_s:g} s")
+            response.force_close()
+            return response
         except web.HTTPRequestEntityTooLarge:
             return _error(413, too_large)  # chunked, or compressed, past the maximum
         except ConnectionResetError:
