@@ -79,7 +79,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
         raise SluiceError(
             f"the admin app is not installed (no {', '.join(missing)}): {INSTALL_HINT}"
         )
-    from sluice_admin import APP_PATH
+    from sluice_admin import SERVED_PATH
 
     env = dict(os.environ)
     for name in _ADMIN_SETTINGS:
@@ -89,7 +89,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
         "-m",
         "streamlit",
         "run",
-        str(APP_PATH),
+        str(SERVED_PATH),
         "--server.port",
         str(args.port),
         "--server.headless",

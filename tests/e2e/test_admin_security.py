@@ -5,7 +5,8 @@
   shown as text, never run as HTML, script or a link, on any page;
 - the Import page refuses an oversized file and publishes nothing;
 - another site can neither open the app's WebSocket nor upload a file in a signed-in
-  user's name (cross-site WebSocket hijacking, cross-site request forgery).
+  user's name (cross-site WebSocket hijacking, cross-site request forgery);
+- Streamlit's /_stcore/metrics is closed; what the sign-in page needs answers.
 """
 
 from __future__ import annotations
@@ -174,6 +175,27 @@ def test_the_admin_app_serves_https_with_the_servers_certificate(
             assert r.status == 200
         with pytest.raises((urllib.error.URLError, ConnectionError)):  # no plaintext beside it
             urllib.request.urlopen(url.replace("https", "http") + "/_stcore/health", timeout=5)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_streamlits_metrics_are_closed_and_what_the_gate_needs_is_open(
+    tmp_path: Path, database_url: str
+) -> None:
+    with run_admin(tmp_path, database_url) as url:
+        # Streamlit's counters, to anyone and used by nothing here: closed (served.py).
+        assert _status(url + "/_stcore/metrics") == 404
+        assert _status(url + "/_stcore/metrics/") == 404
+        # The browser asks these before it can show the sign-in form (docs/admin.md).
+        assert _status(url + "/_stcore/health") == 200
+        assert _status(url + "/_stcore/host-config") == 200
+        assert _status(url + "/") == 200
 
 
 def _websocket_handshake(url: str, origin: str) -> bytes:
