@@ -6,7 +6,9 @@ from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
+from sluice.clock import Clock
 from sluice_admin import APP_PATH
+from sluice_admin.session import CLOCK
 
 PASSWORD = "correct horse battery"
 PAGES = ("overview", "rules", "live", "what_if", "history", "transfer")
@@ -23,9 +25,14 @@ class CheckedAppTest(AppTest):
         return result
 
 
-def new_app() -> AppTest:
+def new_app(clock: Clock | None = None) -> AppTest:
+    """The app, its pages reading ``clock`` (a ManualClock: figures seeded at fixed instants
+    stay in the pages' windows however long the runs take) or, without one, the system's."""
     # Generous: the first run in a process imports pandas and altair.
-    return CheckedAppTest(APP_PATH, default_timeout=30)
+    at = CheckedAppTest(APP_PATH, default_timeout=30)
+    if clock is not None:
+        at.session_state[CLOCK] = clock
+    return at
 
 
 def sign_in(at: AppTest, name: str, password: str = PASSWORD) -> AppTest:

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from streamlit.testing.v1 import AppTest
 
+from sluice.clock import ManualClock
 from sluice.policies.store import PolicyStore
 from sluice.usage.store import UsageStore
 from tests.admin._harness import errors, metric, new_app, no_exceptions, open_page, sign_in
 
+NOW = 1_800_000_000  # the pages' clock (a ManualClock): nothing here depends on real time
+
 
 def seed(store: PolicyStore, *, ago_s: int = 3) -> None:
-    """Telemetry ``ago_s`` seconds before now (real time: the pages read ``time.time()``).
-
-    Seed right before the run that renders the figures, after signing in: the first run
-    (imports, password hashing) can take seconds on a busy machine, and a second seeded 3 s
-    ago must still be within the Overview's 10 s window when the page reads the clock."""
-    second = int(time.time()) - ago_s
+    """Telemetry ``ago_s`` seconds before ``NOW``."""
+    second = NOW - ago_s
     UsageStore(store.database).add(
         # allowed, over_limit, shadow_over_limit, near_limit, backend_errors, blocked
         {("shop.user", second): [30, 10, 0, 4, 2, 0]},
@@ -25,10 +23,14 @@ def seed(store: PolicyStore, *, ago_s: int = 3) -> None:
     )
 
 
+def app() -> AppTest:
+    return new_app(ManualClock(NOW))
+
+
 def test_overview_shows_rates_and_highlights_rules_over_their_limit(
     database_url: str, store: PolicyStore
 ) -> None:
-    at = sign_in(new_app(), "ed")
+    at = sign_in(app(), "ed")
     seed(store)
     at.run()
     no_exceptions(at)
@@ -40,13 +42,13 @@ def test_overview_shows_rates_and_highlights_rules_over_their_limit(
 
 
 def test_overview_says_when_nothing_was_recorded(database_url: str) -> None:
-    at = sign_in(new_app(), "ed")
+    at = sign_in(app(), "ed")
     assert metric(at, "Requests / s") == "0.0"
     assert any("No usage recorded in the last 10 s" in c.value for c in at.caption)
 
 
 def test_live_usage_per_rule_with_top_offenders(database_url: str, store: PolicyStore) -> None:
-    at = sign_in(new_app(), "ed")
+    at = sign_in(app(), "ed")
     seed(store)
     at = open_page(at, "live")
     no_exceptions(at)
@@ -83,7 +85,7 @@ def test_longer_ranges_read_per_minute_figures(
     database_url: str, store: PolicyStore, label: str
 ) -> None:
     seed(store, ago_s=120)
-    at = open_page(sign_in(new_app(), "ed"), "live")
+    at = open_page(sign_in(app(), "ed"), "live")
     assert not any("No usage recorded" in i.value for i in at.info)
     at.button_group(key="live_range").set_value(label).run()
     no_exceptions(at)
@@ -92,7 +94,7 @@ def test_longer_ranges_read_per_minute_figures(
 
 
 def test_live_usage_empty_state(database_url: str) -> None:
-    at = open_page(sign_in(new_app(), "ed"), "live")
+    at = open_page(sign_in(app(), "ed"), "live")
     assert any("No usage recorded in the last 5 min" in i.value for i in at.info)
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 from sluice.algorithms import ALGORITHMS, Limit
+from sluice.clock import ManualClock
 from sluice.usage.store import UsagePoint, UsageStore
 from sluice_admin.whatif import Second, bursty, recorded, simulate, steady
 from tests.admin._harness import metric, new_app, no_exceptions, open_page, sign_in
@@ -84,7 +83,7 @@ def test_the_replay_keeps_the_most_recent_seconds_within_budget() -> None:
 def test_the_page_replays_the_recorded_hour_with_the_servers_algorithms(
     database_url: str, store
 ) -> None:  # noqa: ANN001
-    now = int(time.time())
+    now = 1_800_000_000  # the page's clock (a ManualClock)
     # 10 requests a second for 20 s on shop.user (5 per minute live).
     start = now - 100
     counts = {
@@ -96,7 +95,7 @@ def test_the_page_replays_the_recorded_hour_with_the_servers_algorithms(
     expect_now = simulate([Limit(5, 60, ALGORITHMS["fixed_window"])], traffic)
     expect_then = simulate([Limit(50, 60, ALGORITHMS["gcra"], 50)], traffic)
 
-    at = open_page(sign_in(new_app(), "ed"), "what_if")
+    at = open_page(sign_in(new_app(ManualClock(now)), "ed"), "what_if")
     no_exceptions(at)
     at.number_input(key="whatif_rpu_0").set_value(50)
     at.selectbox(key="whatif_alg_0").select("gcra")

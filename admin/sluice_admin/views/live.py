@@ -37,7 +37,7 @@ def render() -> None:
 @st.fragment(run_every=REFRESH_S)
 def _usage(data: AdminData, domain: str, label: str) -> None:
     window_s, resolution = RANGES[label]
-    now = int(time.time())
+    now = int(session.clock().now())
     since = now - window_s
     with session.guarded():
         series = data.usage(domain, since_s=since - since % resolution, resolution_s=resolution)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from sluice_admin import charts, metrics, session
@@ -25,7 +23,7 @@ def render() -> None:
 
 @st.fragment(run_every=2)
 def _live(data, domains: list[str]) -> None:  # noqa: ANN001 (AdminData; a fragment's args)
-    now = int(time.time())
+    now = int(session.clock().now())
     with session.guarded():
         for domain in domains:
             series = data.usage(domain, since_s=now - SPARK_WINDOW_S)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from sluice.algorithms import ALGORITHMS, Limit
@@ -120,7 +118,7 @@ def _outcome(title: str, now: whatif.Replay, then: whatif.Replay) -> None:
 
 def _recorded(data: AdminData, rule_id: str, current: list[Limit], proposed: list[Limit]) -> None:
     st.info(APPROXIMATION, icon=":material/info:")
-    now = int(time.time())
+    now = int(session.clock().now())
     points = data.usage_of(rule_id, since_s=now - HOUR_S, resolution_s=SECOND)
     traffic = whatif.recorded(points)
     if not traffic:
