@@ -67,8 +67,8 @@ def test_live_usage_per_rule_with_top_offenders(database_url: str, store: Policy
 def test_live_usage_marks_what_rlqs_data_planes_reported(
     database_url: str, store: PolicyStore
 ) -> None:
-    at = sign_in(new_app(), "ed")
-    second = int(time.time()) - 3
+    at = sign_in(app(), "ed")
+    second = NOW - 3
     UsageStore(store.database).add(
         {("shop.user (rlqs)", second): [50, 5, 0, 0, 0, 0]},
         {("shop.user (rlqs)", second - second % 60): {"user,mallory": 5}},

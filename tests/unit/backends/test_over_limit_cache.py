@@ -74,8 +74,9 @@ def test_admits_and_refuses_exactly_like_the_backend_alone(example) -> None:
             for o, e in zip(answer, truth, strict=True):
                 assert o.fits == e.fits
                 # Capacity only comes back with time while a counter is refused: what the
-                # cache says is left never exceeds what is, and a limit it says admits does.
-                assert 0 <= o.remaining <= e.remaining
+                # cache says is left never exceeds what is there before the hit (a limit
+                # that admits reports what is left after it), and a limit it says admits does.
+                assert 0 <= o.remaining <= e.remaining + (hit.cost if e.allowed else 0)
                 assert e.allowed or not o.allowed
             # What a client is told of a refused hit: the refusing limit with the longest
             # wait (limiter._status). A limit that refused with a shorter wait may admit by
