@@ -131,11 +131,18 @@ def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> St
     if not settings.statsd_address:
         return None
     host, _, port = settings.statsd_address.rpartition(":")
-    log.info("statsd metrics to %s:%s every %gs", host, port, settings.statsd_flush_interval_s)
+    log.info(
+        "statsd metrics to %s:%s (%s) every %gs",
+        host,
+        port,
+        settings.statsd_protocol,
+        settings.statsd_flush_interval_s,
+    )
     return StatsdSink(
         host.strip("[]"),
         int(port),
         flavor=settings.statsd_flavor,
+        protocol=settings.statsd_protocol,
         tags=parse_tags(settings.statsd_tags),
         flush_interval_s=settings.statsd_flush_interval_s,
         state=state,

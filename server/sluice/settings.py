@@ -196,6 +196,11 @@ class Settings:
         "HOST:PORT to send envoyproxy/ratelimit's statsd metrics to, by UDP (its names, "
         "docs/migrating.md); empty: no statsd.",
     )
+    statsd_protocol: str = _setting(
+        "udp",
+        "udp, or tcp (one connection, newline-terminated lines: upstream's default, "
+        "STATSD_PROTOCOL).",
+    )
     statsd_flavor: str = _setting(
         "statsd", "statsd, or dogstatsd (tags as |#key:value rather than in the name)."
     )
@@ -385,7 +390,7 @@ def _raw_value(
 def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> None:
     from sluice.limiter import FAILURE_MODES
     from sluice.model import LIMIT_OVERRIDES
-    from sluice.statsd import FLAVORS, parse_tags
+    from sluice.statsd import FLAVORS, PROTOCOLS, parse_tags
 
     def named(name: str) -> str:
         # A value from upstream's variables is named by them, else by its flag.
@@ -469,6 +474,11 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
             raise ValueError(
                 f"{named('statsd_address')}: '{settings.statsd_address}' is not HOST:PORT"
             )
+    if settings.statsd_protocol not in PROTOCOLS:
+        raise ValueError(
+            f"{named('statsd_protocol')}: '{settings.statsd_protocol}' is not one of "
+            f"{', '.join(PROTOCOLS)}"
+        )
     if settings.statsd_flavor not in FLAVORS:
         raise ValueError(
             f"{named('statsd_flavor')}: '{settings.statsd_flavor}' is not one of "

@@ -27,6 +27,7 @@ Tags (``EXTRA_TAGS``) are written as upstream's sinks write them: DogStatsD appe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import socket
@@ -46,6 +47,7 @@ from sluice.usage.recorder import (
 __all__ = [
     "MAX_DATAGRAM_BYTES",
     "FLAVORS",
+    "PROTOCOLS",
     "StatsdSink",
     "parse_tags",
     "sanitize",
@@ -54,6 +56,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FLAVORS = ("statsd", "dogstatsd")
+PROTOCOLS = ("udp", "tcp")
+TCP_TIMEOUT_S = 1.0
 # What fits in one Ethernet frame with IP and UDP headers to spare (statsd clients' usual size).
 MAX_DATAGRAM_BYTES = 1432
 # Timer samples kept per flush; past it, the kept ones are sent with a sample rate.
@@ -95,7 +99,13 @@ def parse_tags(text: str) -> dict[str, str]:
 
 class StatsdSink:
     """Counts in memory, sends statsd lines on a timer. ``send`` takes one datagram (tests
-    and benchmarks pass their own; by default a UDP socket to ``host``:``port``)."""
+    and benchmarks pass their own; by default a UDP socket to ``host``:``port``, or with
+    ``protocol="tcp"`` one connection carrying newline-terminated lines, as upstream's
+    statsd client sends by default; reopened at the next flush when it fails, the lines of
+    the failed flush lost, as UDP would lose them).
+
+    TCP is sent from a thread: a statsd server that stops reading must not hold up the event
+    loop (each send gives up after ``TCP_TIMEOUT_S``)."""
 
     def __init__(
         self,
@@ -103,6 +113,7 @@ class StatsdSink:
         port: int,
         *,
         flavor: str = "statsd",
+        protocol: str = "udp",
         tags: Mapping[str, str] | None = None,
         flush_interval_s: float = 10.0,
         state: Callable[[], Mapping[str, float]] | None = None,
@@ -110,6 +121,9 @@ class StatsdSink:
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"statsd flavor must be one of {FLAVORS}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"statsd protocol must be one of {PROTOCOLS}")
+        self._tcp = protocol == "tcp"
         self._address = (host, port)
         self._state = state
         self._send = send
@@ -193,7 +207,10 @@ class StatsdSink:
 
     def flush(self) -> None:
         """Send what was counted, in datagrams of at most ``MAX_DATAGRAM_BYTES``."""
-        for datagram in pack(self.lines()):
+        self._send_all(pack(self.lines()))
+
+    def _send_all(self, datagrams: list[bytes]) -> None:
+        for datagram in datagrams:
             try:
                 self._emit(datagram)
             except OSError as exc:
@@ -201,23 +218,44 @@ class StatsdSink:
                 self.send_failures += 1
                 if self.send_failures == 1:
                     log.warning("statsd: cannot send to %s:%d: %s", *self._address, exc)
+                if self._tcp:
+                    self._close()  # reopened at the next flush
+                    return
 
     def _emit(self, datagram: bytes) -> None:
         if self._send is not None:
             self._send(datagram)
             return
         if self._socket is None:
-            # Resolved once, at the first flush (a name, IPv4 or IPv6).
-            family, kind, proto, _, address = socket.getaddrinfo(
-                *self._address, type=socket.SOCK_DGRAM
-            )[0]
-            self._socket = socket.socket(family, kind, proto)
-            self._socket.setblocking(False)
-            self._socket.connect(address)
-        self._socket.send(datagram)
+            # Resolved at the first flush (a name, IPv4 or IPv6), and at each reconnection.
+            kind = socket.SOCK_STREAM if self._tcp else socket.SOCK_DGRAM
+            family, kind, proto, _, address = socket.getaddrinfo(*self._address, type=kind)[0]
+            sock = socket.socket(family, kind, proto)
+            if self._tcp:
+                sock.settimeout(TCP_TIMEOUT_S)
+            else:
+                sock.setblocking(False)
+            try:
+                sock.connect(address)
+            except OSError:
+                sock.close()
+                raise
+            self._socket = sock
+        if self._tcp:
+            self._socket.sendall(datagram + b"\n")
+        else:
+            self._socket.send(datagram)
+
+    def _close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
     async def _flush_async(self) -> None:
-        self.flush()
+        if self._tcp and self._send is None:
+            await asyncio.to_thread(self._send_all, pack(self.lines()))
+        else:
+            self.flush()
 
     def start(self) -> None:
         self._periodic.start()
@@ -225,10 +263,8 @@ class StatsdSink:
     async def stop(self) -> None:
         """Stop the timer and send what is left (call after the usage recorder's last drain)."""
         await self._periodic.stop()
-        self.flush()
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
+        await self._flush_async()
+        self._close()
 
 
 _SUFFIXES = (

@@ -274,6 +274,17 @@ def _statsd_address(env: Mapping[str, str]) -> str | None:
     return f"{env.get('STATSD_HOST', 'localhost').strip()}:{port}"
 
 
+def _statsd_protocol(env: Mapping[str, str]) -> str | None:
+    """lyft/gostats, upstream's statsd client, sends over TCP unless ``STATSD_PROTOCOL``
+    says udp: so does Sluice when statsd is on through upstream's variables."""
+    if _statsd_address(env) is None:
+        return None
+    protocol = env.get("STATSD_PROTOCOL", "tcp").strip().lower()
+    if protocol not in ("tcp", "udp"):
+        raise ValueError(f"STATSD_PROTOCOL: '{env['STATSD_PROTOCOL']}' is not tcp or udp")
+    return protocol
+
+
 def _statsd_flavor(env: Mapping[str, str]) -> str:
     return "dogstatsd" if _go_bool("USE_DOG_STATSD", env["USE_DOG_STATSD"]) else "statsd"
 
@@ -339,6 +350,7 @@ HONOURED: tuple[Honoured, ...] = (
     Honoured("log_level", ("LOG_LEVEL",), _log_level),
     Honoured("log_format", ("LOG_FORMAT",), _log_format),
     Honoured("statsd_address", _STATSD_PARTS, _statsd_address),
+    Honoured("statsd_protocol", ("STATSD_PROTOCOL", *_STATSD_PARTS), _statsd_protocol),
     Honoured("statsd_flavor", ("USE_DOG_STATSD",), _statsd_flavor),
     Honoured("statsd_tags", ("EXTRA_TAGS",), _text("EXTRA_TAGS")),
     Honoured("statsd_flush_interval_s", ("STATS_FLUSH_INTERVAL",), _statsd_flush_interval_s),

@@ -11,7 +11,6 @@ import io
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,11 +35,11 @@ REQUESTS_BLUE = (0x30, 0x63, 0x8E)  # the sparkline's "requests" line (charts.sp
 PAGES = ["Overview", "Rules", "Live usage", "What-if", "History", "Import / export"]
 
 
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
+@pytest.fixture(scope="module")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Domain ``shop`` with one rule, published eight times (a history longer than a screen),
     and five minutes of telemetry for it ending now, with a quiet minute in the middle."""
-    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    url = f"sqlite:///{tmp_path_factory.mktemp('admin-pages') / 'sluice.db'}"
     with PolicyStore(url) as store:
         store.upgrade()
         service = PolicyService(store)
@@ -69,10 +68,13 @@ class Browser:
         settle(self.page)
 
 
-@pytest.fixture
-def browser(tmp_path: Path, database_url: str) -> Iterator[Browser]:
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Browser]:
+    """One signed-in browser for the module (starting the app and Chromium is most of each
+    test's time); each test navigates to the page it looks at, the one that changes data
+    (rollback) last."""
     with (
-        run_admin(tmp_path, database_url) as url,
+        run_admin(tmp_path_factory.mktemp("admin-run"), database_url) as url,
         playwright.sync_playwright() as p,
     ):
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -126,6 +128,7 @@ def _extent_px(png: bytes, color: tuple[int, int, int], tolerance: int = 40) -> 
 
 
 def test_the_overview_sparkline_has_a_plot_to_draw_in(browser: Browser) -> None:
+    browser.nav("Overview")
     chart = browser.page.locator('[data-testid="stVegaLiteChart"] >> visible=true').first
     chart.wait_for()
     browser.page.wait_for_timeout(500)  # let Vega finish drawing

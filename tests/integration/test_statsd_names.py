@@ -75,7 +75,7 @@ def collect(run: Callable[[StatsdListener], None]) -> Counter[str]:
 def statsd_env(listener: StatsdListener) -> dict[str, str]:
     return {
         "USE_STATSD": "true",
-        # gostats' default is TCP; Sluice sends UDP only, and does not read this variable.
+        # gostats' default is TCP; both read this variable (UDP: the test reads datagrams).
         "STATSD_PROTOCOL": "udp",
         "STATSD_HOST": "127.0.0.1",
         "STATSD_PORT": str(listener.port),

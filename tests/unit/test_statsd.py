@@ -263,3 +263,35 @@ def test_lines_reach_a_udp_listener_over_ipv4_and_ipv6(family: int, host: str) -
         sink.flush()
         received = listener.recv(MAX_DATAGRAM_BYTES).decode().split("\n")
     assert "ratelimit_server.ShouldRateLimit.total_requests:1|c" in received
+
+
+def test_tcp_sends_newline_terminated_lines_and_reconnects_after_a_failure() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(5)
+        sink = StatsdSink("127.0.0.1", server.getsockname()[1], protocol="tcp")
+        sink.observe_request(0.001)
+        sink.flush()
+        first, _ = server.accept()
+        with first, first.makefile("r") as stream:
+            assert stream.readline() == "ratelimit_server.ShouldRateLimit.total_requests:1|c\n"
+        # The connection is gone: that flush fails (counted), the next one reconnects.
+        for _ in range(50):
+            sink.observe_request(0.001)
+            sink.flush()
+            if sink.send_failures:
+                break
+        assert sink.send_failures >= 1
+        sink.observe_request(0.001)
+        sink.flush()
+        second, _ = server.accept()
+        with second, second.makefile("r") as stream:
+            assert stream.readline().startswith("ratelimit_server.ShouldRateLimit.total_requests:")
+
+
+def test_a_tcp_statsd_that_is_not_there_costs_a_failure_not_a_crash() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+    sink = StatsdSink("127.0.0.1", port, protocol="tcp")
+    sink.observe_request(0.001)
+    sink.flush()
+    assert sink.send_failures == 1

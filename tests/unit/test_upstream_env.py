@@ -101,6 +101,9 @@ RUNTIME = {"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}
         ({"USE_STATSD": "false", "STATSD_HOST": "statsd"}, "statsd_address", ""),
         ({"USE_DOG_STATSD": "true"}, "statsd_address", "localhost:8125"),
         ({"USE_DOG_STATSD": "true"}, "statsd_flavor", "dogstatsd"),
+        # lyft/gostats, upstream's statsd client, sends over TCP by default
+        ({"STATSD_HOST": "statsd"}, "statsd_protocol", "tcp"),
+        ({"STATSD_HOST": "statsd", "STATSD_PROTOCOL": "udp"}, "statsd_protocol", "udp"),
         ({"EXTRA_TAGS": "env:prod,team:edge"}, "statsd_tags", "env:prod,team:edge"),
         ({"STATS_FLUSH_INTERVAL": "500ms"}, "statsd_flush_interval_s", 0.5),
         ({"USE_STATSD": "true", "DISABLE_STATS": "true"}, "statsd_address", ""),
@@ -198,6 +201,7 @@ def test_every_honoured_row_names_a_setting() -> None:
             "USE_STATSD, USE_DOG_STATSD: set one of them, not both (as upstream)",
         ),
         ({"STATSD_PORT": "udp"}, "STATSD_PORT: 'udp' is not a valid int"),
+        ({"STATSD_PROTOCOL": "quic"}, "STATSD_PROTOCOL: 'quic' is not tcp or udp"),
         ({"EXTRA_TAGS": "env"}, "EXTRA_TAGS: 'env' is not KEY:VALUE"),
         (
             {"STATS_FLUSH_INTERVAL": "10"},
