@@ -32,7 +32,7 @@ from sluice.policies.snapshot import Snapshot
 from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL, TOKEN_BUCKET, BucketIndex
 from sluice.rlqs.exchange import DemandExchange, LocalExchange
 from sluice.rlqs.session import Stream
-from sluice.rlqs.wire import Action, Report, encode_actions, read_report
+from sluice.rlqs.wire import Action, BucketKey, Report, encode_actions, read_report
 from sluice.usage.recorder import ALLOWED, OVER_LIMIT, UsageRecorder
 
 __all__ = ["RLQS_USAGE_SUFFIX", "QuotaService", "QuotaSettings"]
@@ -45,6 +45,7 @@ RLQS_USAGE_SUFFIX = " (rlqs)"
 STRATEGY_NAMES = {TOKEN_BUCKET: "token_bucket", ALLOW_ALL: "allow_all", DENY_ALL: "deny_all"}
 
 _END = object()
+CHUNK = 1000  # buckets taken between two yields of the event loop
 ShareKey = tuple[str, ...]
 
 
@@ -199,13 +200,26 @@ class QuotaService:
                 f"domain: '{report.domain}' has no policy on this server "
                 f"(publish one, or correct the data plane's domain)",
             )
-        keys = stream.accept(report, index, now)
+        # A report of thousands of buckets is taken a chunk at a time, yielding the event loop
+        # in between: ShouldRateLimit calls on this instance wait for one chunk, not for all.
+        keys: list[BucketKey] = []
+        usages = report.usages
+        for start in range(0, len(usages), CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            part = Report(report.domain, usages[start : start + CHUNK])
+            keys += stream.accept(part, index, now)
+            self._record_usage(stream, part)
         self.reports += 1
-        self._record_usage(stream, report)
         if not keys:
             return None
         await self._share_new_buckets(stream)
-        actions = [stream.assign(key) for key in dict.fromkeys(keys)]
+        unique = list(dict.fromkeys(keys))
+        actions: list[Action] = []
+        for start in range(0, len(unique), CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            actions += [stream.assign(key) for key in unique[start : start + CHUNK]]
         stream.sent(actions, now)
         self._count(actions)
         return encode_actions(actions)

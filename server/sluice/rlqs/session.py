@@ -58,8 +58,9 @@ class Stream:
         self.ttl_s = ttl_s
 
     def accept(self, report: Report, index: BucketIndex, now_s: float) -> list[BucketKey]:
-        """Take one report: the keys of the buckets it names, in its order. Raises GrpcError
-        for a report this stream cannot take (nothing of it is kept then)."""
+        """Take one report (or a part of one): the keys of the buckets it names, in its
+        order. Raises GrpcError for a report this stream cannot take (nothing of it is kept
+        then)."""
         if self.domain is None:
             if not report.domain:
                 raise GrpcError(

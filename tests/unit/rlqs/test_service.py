@@ -240,6 +240,25 @@ async def test_a_stream_past_its_bucket_maximum_is_refused() -> None:
 
 
 @run
+async def test_a_report_of_thousands_of_buckets_yields_the_loop_while_taken() -> None:
+    harness = Harness()
+    feed, responses = harness.open()
+    seen: list[int] = []
+
+    async def watch() -> None:  # another coroutine on the loop: a ShouldRateLimit call, say
+        while True:
+            seen.append(harness.service.buckets)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.ensure_future(watch())
+    feed.report(*(({"tenant": str(i)}, 0, 0, 0) for i in range(3000)), domain="api")
+    assert len((await next_response(responses)).bucket_action) == 3000
+    watcher.cancel()
+    assert any(0 < n < 3000 for n in seen), "the loop ran only before or after the report"
+    feed.close()
+
+
+@run
 async def test_drain_ends_streams_unavailable_and_refuses_new_ones(harness: Harness) -> None:
     feed, responses = harness.open()
     feed.report((ACME, 0, 0, 0), domain="api")
