@@ -84,7 +84,7 @@ def test_publish_watch_roll_back_in_a_browser(
         outbound = Outbound(admin_app)
         context.route("**/*", outbound.route)
         page = context.new_page()
-        page.set_default_timeout(15_000)
+        page.set_default_timeout(30_000)  # two test workers share the CPUs
 
         def settle() -> None:
             browser_settle(page)

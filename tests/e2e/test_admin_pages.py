@@ -82,7 +82,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iter
         outbound = Outbound(url)
         context.route("**/*", outbound.route)
         page = context.new_page()
-        page.set_default_timeout(15_000)
+        page.set_default_timeout(30_000)  # two test workers share the CPUs
         sign_in(page, url)
         settle(page)
         yield Browser(page, outbound)

@@ -81,7 +81,7 @@ def browser_page() -> Iterator[playwright.Page]:
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(15_000)
+        page.set_default_timeout(30_000)  # two test workers share the CPUs
         dialogs: list[str] = []
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
         yield page
