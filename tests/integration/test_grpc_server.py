@@ -245,6 +245,22 @@ def test_rlqs_bad_report_ends_the_stream_with_invalid_argument(channel: grpc.Cha
     )
 
 
+def test_rlqs_bytes_that_are_not_a_report_are_refused_naming_the_request(
+    channel: grpc.Channel,
+) -> None:
+    stream = channel.stream_stream(
+        "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+        request_serializer=lambda raw: raw,
+        response_deserializer=lambda raw: raw,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stream(iter([b"\xff\xff\xff"]), timeout=10))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "request: not a RateLimitQuotaUsageReports in protobuf's wire format" in str(
+        caught.value.details()
+    )
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_sigterm_stops_the_server_cleanly(tmp_path: Path, transport: str) -> None:
     with sluice_serve(tmp_path, extra_args=["--transport", transport]) as process:

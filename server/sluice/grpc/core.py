@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from sluice.access_log import AccessLog
 from sluice.edge.status import GrpcError, Status
@@ -37,6 +38,7 @@ __all__ = [
     "RateLimitCore",
     "UndecodableRequest",
     "decode_request",
+    "protobuf_decoder",
 ]
 
 log = logging.getLogger("sluice.grpc.servicer")  # the logger name the logs have always had
@@ -52,6 +54,22 @@ class UndecodableRequest:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+
+
+def protobuf_decoder(cls: type[Message]) -> Callable[[bytes], Any]:
+    """A request deserializer for protobuf messages of ``cls`` that never raises: bytes it
+    cannot parse become an ``UndecodableRequest`` the handler refuses with INVALID_ARGUMENT
+    (a raising deserializer leaves grpc.aio to answer UNKNOWN with a Python type name)."""
+
+    def decode(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return UndecodableRequest(
+                f"request: not a {cls.__name__} in protobuf's wire format: {exc}"
+            )
+
+    return decode
 
 
 def decode_request(data: bytes) -> RateLimitRequest | UndecodableRequest:

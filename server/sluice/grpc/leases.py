@@ -19,14 +19,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from sluice._proto.sluice.lease.v1 import lease_pb2
 from sluice.edge import GrpcApp
 from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.core import DRAINING_MESSAGE, UndecodableRequest
+from sluice.grpc.core import DRAINING_MESSAGE, UndecodableRequest, protobuf_decoder
 from sluice.leases.service import Entries, LeaseService
 
 __all__ = ["LEASE_SERVICE_NAME", "LeaseCore", "add_lease_service", "add_lease_methods"]
@@ -35,18 +35,6 @@ log = logging.getLogger("sluice.grpc.leases")
 
 LEASE_SERVICE_NAME = lease_pb2.DESCRIPTOR.services_by_name["LeaseService"].full_name
 _MAX_UINT32 = 2**32 - 1
-
-
-def _decoder(cls: type[Message]) -> Callable[[bytes], Any]:
-    def decode(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except DecodeError as exc:
-            return UndecodableRequest(
-                f"request: not a {cls.__name__} in protobuf's wire format: {exc}"
-            )
-
-    return decode
 
 
 def _entries(request: Any) -> Entries:
@@ -127,9 +115,9 @@ class LeaseCore:
     def methods(self) -> dict[str, tuple[Callable[..., Awaitable[Any]], Callable[[bytes], Any]]]:
         """Each method's name, handler and request decoder."""
         return {
-            "Acquire": (self.acquire, _decoder(lease_pb2.AcquireRequest)),
-            "Renew": (self.renew, _decoder(lease_pb2.RenewRequest)),
-            "Release": (self.release, _decoder(lease_pb2.ReleaseRequest)),
+            "Acquire": (self.acquire, protobuf_decoder(lease_pb2.AcquireRequest)),
+            "Renew": (self.renew, protobuf_decoder(lease_pb2.RenewRequest)),
+            "Release": (self.release, protobuf_decoder(lease_pb2.ReleaseRequest)),
         }
 
 

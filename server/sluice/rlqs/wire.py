@@ -11,12 +11,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from google.protobuf.message import DecodeError
-
 from sluice._proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from sluice._proto.envoy.type.v3 import ratelimit_strategy_pb2
 from sluice.bounds import RequestBounds
 from sluice.edge.status import GrpcError, Status
+from sluice.grpc.core import UndecodableRequest, protobuf_decoder
 from sluice.records import record
 from sluice.rlqs.assignment import TokenBucket
 from sluice.rlqs.buckets import ALLOW_ALL, DENY_ALL
@@ -65,28 +64,14 @@ class Action:
     token_bucket: TokenBucket | None = None
 
 
-class Undecodable:
-    """What ``decode_reports`` passes on in place of bytes protobuf could not parse."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def decode_reports(data: bytes) -> rlqs_pb2.RateLimitQuotaUsageReports | Undecodable:
-    """The request deserializer: it never raises (a raising one leaves grpc.aio to answer
-    UNKNOWN with a Python type name)."""
-    try:
-        return rlqs_pb2.RateLimitQuotaUsageReports.FromString(data)
-    except DecodeError as exc:
-        return Undecodable(f"request: not a RateLimitQuotaUsageReports message: {exc}")
+# The request deserializer to register StreamRateLimitQuotas with: it never raises.
+decode_reports = protobuf_decoder(rlqs_pb2.RateLimitQuotaUsageReports)
 
 
 def read_report(
-    message: rlqs_pb2.RateLimitQuotaUsageReports | Undecodable, bounds: RequestBounds
+    message: rlqs_pb2.RateLimitQuotaUsageReports | UndecodableRequest, bounds: RequestBounds
 ) -> Report:
-    if isinstance(message, Undecodable):
+    if isinstance(message, UndecodableRequest):
         raise _invalid(message.reason)
     if len(message.domain) > bounds.max_domain_length:
         raise _invalid(
