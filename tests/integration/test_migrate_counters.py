@@ -3,16 +3,19 @@
 
 The first test runs the real Go server (the binary ``bench/run.py`` also measures, built as
 ``/work/shared/anchors/envoyproxy-ratelimit/README.md`` says; ``SLUICE_TEST_UPSTREAM_BINARY``
-names another) against a private Redis; the second writes upstream's keys with upstream's
-own commands (INCRBY, EXPIRE) for names the Go test does not reach.
+names another) against a private Redis; the others write upstream's keys with upstream's
+own commands (INCRBY, EXPIRE): for names the Go test does not reach, and on Redis Cluster and
+Sentinel, where upstream's keys lie on other nodes than Sluice's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +24,8 @@ import grpc
 import pytest
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice.backends.redis.connect import connect
+from tests.integration.redis_support import data_nodes, scan_keys
 from tests.support.processes import free_port, run_sluice, sluice_serve, stop_process, wait_until
 from tests.support.redis_servers import RedisProcess
 
@@ -184,3 +189,73 @@ def test_migrating_adds_to_counts_sluice_made_meanwhile_and_leaves_the_rest(
         ]
         assert decide(server.grpc_target, ("user", "dave")) == OK
     assert redis.exists(f"rl_rl_nobody_x_{window}") == 1  # left where it was
+
+
+def upstream_redis_env(url: str) -> dict[str, str]:
+    """Upstream's REDIS_TYPE and REDIS_URL for one of the test fixtures' URLs."""
+    scheme, _, rest = url.partition("://")
+    if scheme == "redis+cluster":
+        return {"REDIS_TYPE": "cluster", "REDIS_URL": rest}
+    assert scheme == "redis+sentinel", url
+    sentinels, master, _db = rest.split("/")
+    return {"REDIS_TYPE": "sentinel", "REDIS_URL": f"{master},{sentinels}"}
+
+
+async def upstream_hits(url: str, hits: list[tuple[str, int]]) -> None:
+    """What upstream's Redis cache does per hit, for each (key, hits_addend)."""
+    client = connect(url, timeout_s=5)
+    try:
+        for name, n in hits:
+            await client.incrby(name, n)
+            await client.expire(name, DAY_S)
+    finally:
+        await client.aclose()
+
+
+async def existing(url: str, names: list[str]) -> list[str]:
+    client = connect(url, timeout_s=5)
+    try:
+        return [name for name in names if await client.exists(name)]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["cluster", "sentinel"])
+def test_counters_upstream_wrote_on_cluster_and_sentinel_are_honoured_after_the_switch(
+    tmp_path: Path, topology: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"redis_{topology}")
+    # The fixture's Redis is shared by the session: this test's keys under a prefix of its own.
+    prefix = f"mc{uuid.uuid4().hex[:8]}_"
+    env = {
+        **runtime(tmp_path),
+        **upstream_redis_env(url),
+        "REDIS_SOCKET_TYPE": "tcp",
+        "CACHE_KEY_PREFIX": prefix,
+    }
+    not_at_a_day_boundary()
+    window = int(time.time()) // DAY_S * DAY_S
+    # Spread over the nodes by their names (no hash tags in upstream's keys): on the Cluster,
+    # most of them lie on another master than the one Sluice's key for the same counter.
+    users = [f"u{i}" for i in range(6)]
+    keys = [f"{prefix}rl_user_{user}_{window}" for user in users]
+    nested = f"{prefix}rl_tenant_acme_corp_route_/a_b_{window}"
+    asyncio.run(upstream_hits(url, [*((key, 2) for key in keys), (nested, 2)]))
+    if topology == "cluster":  # on several masters: a scan of one would miss some
+        placed = scan_keys(data_nodes(url), f"{prefix}*")
+        assert len(placed) == 7 and len({id(node) for node, _ in placed}) > 1, placed
+
+    moved = run_sluice(["migrate-counters"], env={"PATH": "/usr/bin:/bin", **env}, cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout == "moved 7 counters (14 hits); skipped: none\n"
+    assert asyncio.run(existing(url, [*keys, nested])) == []  # moved, not copied
+
+    with sluice_serve(tmp_path, upstream_only=True, env=env) as server:
+        target = server.grpc_target
+        # 2 of 3 a day used on upstream: one more, then refused. No limit started again.
+        for user in users:
+            assert [decide(target, ("user", user)) for _ in range(2)] == [OK, OVER_LIMIT]
+        assert decide(target, ("user", "fresh")) == OK
+        # 2 of 2 used on upstream: refused at once.
+        assert decide(target, ("tenant", "acme_corp"), ("route", "/a_b")) == OVER_LIMIT
