@@ -11,6 +11,8 @@ Sentinel, where upstream's keys lie on other nodes than Sluice's.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import os
 import subprocess
 import time
@@ -22,10 +24,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from redis.crc import key_slot
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.backends.redis.connect import connect
 from tests.integration.redis_support import data_nodes, scan_keys
+from tests.integration.test_upstream_env import upstream_redis_env
 from tests.support.processes import free_port, run_sluice, sluice_serve, stop_process, wait_until
 from tests.support.redis_servers import RedisProcess
 
@@ -191,16 +195,6 @@ def test_migrating_adds_to_counts_sluice_made_meanwhile_and_leaves_the_rest(
     assert redis.exists(f"rl_rl_nobody_x_{window}") == 1  # left where it was
 
 
-def upstream_redis_env(url: str) -> dict[str, str]:
-    """Upstream's REDIS_TYPE and REDIS_URL for one of the test fixtures' URLs."""
-    scheme, _, rest = url.partition("://")
-    if scheme == "redis+cluster":
-        return {"REDIS_TYPE": "cluster", "REDIS_URL": rest}
-    assert scheme == "redis+sentinel", url
-    sentinels, master, _db = rest.split("/")
-    return {"REDIS_TYPE": "sentinel", "REDIS_URL": f"{master},{sentinels}"}
-
-
 async def upstream_hits(url: str, hits: list[tuple[str, int]]) -> None:
     """What upstream's Redis cache does per hit, for each (key, hits_addend)."""
     client = connect(url, timeout_s=5)
@@ -236,15 +230,24 @@ def test_counters_upstream_wrote_on_cluster_and_sentinel_are_honoured_after_the_
     }
     not_at_a_day_boundary()
     window = int(time.time()) // DAY_S * DAY_S
-    # Spread over the nodes by their names (no hash tags in upstream's keys): on the Cluster,
-    # most of them lie on another master than the one Sluice's key for the same counter.
-    users = [f"u{i}" for i in range(6)]
+    # Upstream's keys have no hash tags: names alike fall in slots alike (CRC16), so the users
+    # are picked two per master's slots (the Cluster fixture's: redis-cli's even split).
+    per_master: list[list[str]] = [[], [], []]
+    for i in itertools.count():
+        slot = key_slot(f"{prefix}rl_user_u{i}_{window}".encode())
+        same = per_master[bisect.bisect([5461, 10923], slot)]
+        if len(same) < 2:
+            same.append(f"u{i}")
+        if all(len(users) == 2 for users in per_master):
+            break
+    users = [user for users in per_master for user in users]
     keys = [f"{prefix}rl_user_{user}_{window}" for user in users]
     nested = f"{prefix}rl_tenant_acme_corp_route_/a_b_{window}"
     asyncio.run(upstream_hits(url, [*((key, 2) for key in keys), (nested, 2)]))
-    if topology == "cluster":  # on several masters: a scan of one would miss some
+    if topology == "cluster":  # on every master: a scan of one would miss some
         placed = scan_keys(data_nodes(url), f"{prefix}*")
-        assert len(placed) == 7 and len({id(node) for node, _ in placed}) > 1, placed
+        where = [(node.connection_pool.connection_kwargs["port"], key) for node, key in placed]
+        assert len(where) == 7 and len({port for port, _ in where}) == 3, where
 
     moved = run_sluice(["migrate-counters"], env={"PATH": "/usr/bin:/bin", **env}, cwd=tmp_path)
     assert moved.returncode == 0, moved.stderr
