@@ -268,9 +268,12 @@ class RateLimiter:
         local = outcomes[0].local
         # A hit that crossed the limit of the window that decided: upstream's statistics
         # count its part past the limit as over it, and its part in the near range as near.
-        below = outcomes[_deciding(outcomes)].below_limit
-        limit = status.current_limit
-        near = recorder.near_hits_below(limit.requests_per_unit, below) if below and limit else 0
+        chosen = _deciding(outcomes)
+        below = outcomes[chosen].below_limit
+        if below:
+            near = recorder.near_hits_below(a.match.limits[chosen].requests_per_unit, below)
+        else:
+            near = 0
         recorder.record(
             a.match.rule_id,
             kind,
