@@ -191,5 +191,7 @@ def test_statsd_counters_are_those_envoyproxy_ratelimit_sends(
     ours, our_pool = collect(sluice)
     assert ours == theirs
     # The pool's figures differ (upstream opens REDIS_POOL_SIZE connections, Sluice one, which
-    # carries every call), not their names and types.
+    # carries every call), not their names and types (cx_local_close: none was closed).
+    pool = "ratelimit.redis_pool."
+    assert their_pool == {(pool + "cx_active", "g"), (pool + "cx_total", "c")}
     assert our_pool == their_pool
