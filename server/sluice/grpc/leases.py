@@ -12,7 +12,6 @@ ShouldRateLimit's) while the calls in flight finish before the lease store close
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -26,7 +25,7 @@ from sluice.edge import GrpcApp
 from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.core import DRAINING_MESSAGE, UndecodableRequest, protobuf_decoder
+from sluice.grpc.core import DRAINING_MESSAGE, Draining, UndecodableRequest, protobuf_decoder
 from sluice.leases.service import Entries, LeaseService
 
 __all__ = ["LEASE_SERVICE_NAME", "LeaseCore", "add_lease_service", "add_lease_methods"]
@@ -46,24 +45,10 @@ def _ms(seconds: float) -> int:
     return min(_MAX_UINT32, math.ceil(seconds * 1000))
 
 
-class LeaseCore:
+class LeaseCore(Draining):
     def __init__(self, service: LeaseService) -> None:
+        super().__init__()
         self.service = service
-        self._in_flight = 0
-        self._draining = False
-        self._idle = asyncio.Event()
-
-    async def drain(self, timeout_s: float) -> bool:
-        """Refuse new calls from now on; wait up to ``timeout_s`` for the calls in flight.
-        True when none is left."""
-        self._draining = True
-        if self._in_flight == 0:
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
 
     async def _answer(self, request: Any, call: Callable[[Any], Awaitable[Any]]) -> Any:
         if self._draining:
