@@ -241,7 +241,8 @@ class Sluice:
                 self.lease_store,
                 self.clock,
                 bounds=settings.request_bounds,
-            )
+            ),
+            self.metrics,
         )
         self.statsd = make_statsd(settings, self._metric_state)
         # ShouldRateLimit, whichever transport serves it; drained on stop.
