@@ -114,3 +114,46 @@ def test_an_unreachable_redis_is_backend_unavailable(prefix: str) -> None:
             await leases.close()
 
     asyncio.run(scenario())
+
+
+def test_a_hung_redis_opens_the_breaker_and_calls_fail_fast_until_a_probe_succeeds(
+    redis_server: str, prefix: str
+) -> None:
+    from sluice.backends.redis.breaker import CircuitBreaker
+    from sluice.clock import ManualClock
+    from sluice.errors import BackendUnavailableError
+    from tests.support.holding_proxy import HoldingProxy
+
+    host, port = redis_server.removeprefix("redis://").split("/")[0].split(":")
+    proxy = HoldingProxy(host, int(port))
+    clock = ManualClock(0)
+    breaker = CircuitBreaker(failure_threshold=3, cooldown_s=5, clock=clock.now)
+    key = ("d", "k", "v")
+
+    async def scenario() -> None:
+        leases = RedisLeaseStore(
+            connect(f"redis://127.0.0.1:{proxy.port}", timeout_s=0.2),
+            key_prefix=prefix,
+            breaker=breaker,
+        )
+        try:
+            assert (await leases.acquire(key, "a", max_leases=2, ttl_s=60, now=0)).granted
+            proxy.hold()
+            for _ in range(3):  # each waits out the client's timeout
+                with pytest.raises(BackendUnavailableError, match="^Redis: .*Timeout"):
+                    await leases.acquire(key, "b", max_leases=2, ttl_s=60, now=0)
+            assert breaker.state == "open"
+            sent = proxy.held_bytes
+            with pytest.raises(BackendUnavailableError, match=r"circuit open"):
+                await leases.acquire(key, "b", max_leases=2, ttl_s=60, now=0)
+            assert proxy.held_bytes == sent  # failed without a byte on the network
+            proxy.release()
+            clock.advance(5)  # the cool-down: the next call is the probe
+            assert await leases.release(key, "a", now=0)
+            assert breaker.state == "closed"
+            assert (await leases.acquire(key, "b", max_leases=2, ttl_s=60, now=0)).granted
+        finally:
+            await leases.close()
+            proxy.close()
+
+    asyncio.run(scenario())

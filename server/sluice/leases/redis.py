@@ -6,6 +6,10 @@ One sorted set per descriptor (lease id -> expires_at), changed only by the scri
 expiry needs no sweeper. The key is ``PREFIX{TAG}:lease``: the counter's hash tag
 (``backends/redis/keys.py``), so a descriptor's table sits in its counter's Cluster slot and
 each script call touches one key.
+
+A circuit breaker (the backend's kind, ``backends/redis/breaker.py``) turns a run of failed
+calls into fail-fast ones, so while Redis is down a lease call costs microseconds instead of
+the client's timeout; a real call after the cool-down is the probe.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from redis.asyncio import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
+from sluice.backends.redis.breaker import CLOSED, CircuitBreaker
 from sluice.backends.redis.keys import KeyNamer
 from sluice.errors import BackendUnavailableError
 from sluice.leases.store import CounterKey
@@ -27,6 +32,7 @@ __all__ = ["RedisLeaseStore", "script_source"]
 
 _LUA_DIR = Path(__file__).with_name("lua")
 _ERRORS = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
+_CIRCUIT_OPEN = "Redis unavailable (circuit open)"
 
 
 def script_source(operation: str) -> str:
@@ -44,6 +50,7 @@ class RedisLeaseStore:
         key_prefix: str = "sluice:",
         server_time: bool = True,
         max_concurrent_calls: int = 16,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         """``client``: a ``redis.asyncio`` Redis or RedisCluster. ``server_time``: decide
         expiry on Redis's clock (what instances sharing it agree on) rather than the
@@ -51,6 +58,7 @@ class RedisLeaseStore:
         client's pool holds (a Cluster client refuses a call past its per-node pool, where
         waiting for a connection is what is wanted)."""
         self._client = client
+        self.breaker = breaker or CircuitBreaker()
         self._calls = asyncio.Semaphore(max_concurrent_calls)
         self._cluster = isinstance(client, RedisCluster)
         self._learning = asyncio.Lock()
@@ -68,6 +76,10 @@ class RedisLeaseStore:
         return "" if self._server_time else repr(float(now))
 
     async def _call(self, script: Any, key: CounterKey, *args: str) -> Any:
+        breaker = self.breaker
+        if not breaker.acquire():
+            raise BackendUnavailableError(_CIRCUIT_OPEN)
+        probe = breaker.state != CLOSED
         try:
             if self._cluster:
                 # redis-py's cluster client learns the topology lazily, and calls that start
@@ -76,9 +88,16 @@ class RedisLeaseStore:
                 async with self._learning:
                     await self._client.initialize()
             async with self._calls:
-                return await script(keys=[self.key(key)], args=list(args))
+                reply = await script(keys=[self.key(key)], args=list(args))
         except _ERRORS as exc:
+            breaker.failure()
             raise BackendUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        except asyncio.CancelledError:
+            if probe:  # the probe never finished: keep failing fast, probe again later
+                breaker.failure()
+            raise
+        breaker.success()
+        return reply
 
     async def acquire(
         self, key: CounterKey, lease_id: str, *, max_leases: int, ttl_s: float, now: float
