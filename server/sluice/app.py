@@ -149,6 +149,9 @@ def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> St
     )
 
 
+YOUNG_GC_THRESHOLD = 10_000
+
+
 def freeze_startup_heap() -> None:
     """Take what start-up built out of the cyclic collector's sight. A full collection
     walks every tracked object (modules, protobuf descriptors, SQLAlchemy, the snapshot): it
@@ -157,10 +160,20 @@ def freeze_startup_heap() -> None:
     collected first, so the freeze keeps only what lives; after it, a full collection walks
     only what serving has allocated since (none took over 0.5 ms in a 60 s run).
 
+    The young generation's threshold is then raised from 700 allocations to
+    ``YOUNG_GC_THRESHOLD``: the Redis path allocates a task, a future and their frames per
+    batch, and collecting the young every 700 allocations cost about 5 % of its client-side
+    CPU per call with one descriptor and 13–15 % with three (``bench/redis_path.py``,
+    docs/benchmarks.md "The young generation's threshold"); with fewer collections more of those
+    objects are already freed by reference counting when one runs. A young collection then
+    walks at most 10,000 objects: about half a millisecond if every one of them still lives.
+
     Called by what runs a server process, once it serves (``run_until_signal``, and the app
     inside Envoy); not by ``Sluice.start``, which tests call many times in one process."""
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
 
 
 class GrpcFront(Protocol):
