@@ -116,6 +116,27 @@ def test_rlqs_buckets_with_the_assignment_sent(server: SluiceProcess) -> None:
         stream.close()
 
 
+def test_ten_thousand_buckets_answer_with_a_page_busiest_first(server: SluiceProcess) -> None:
+    stream = Stream(server)
+    try:
+        stream.send(report("jobs", *({"tenant": f"t{i}"} for i in range(10_000))))
+        assert isinstance(stream.next(), Response)
+        busy = report("jobs", {"tenant": "t7"})
+        busy.bucket_quota_usages[0].time_elapsed.FromSeconds(2)
+        busy.bucket_quota_usages[0].num_requests_allowed = 50
+        stream.send(busy)
+        assert isinstance(stream.next(), Response)
+        code, body = get(server, "/api/v1/rlqs/buckets?domain=jobs")
+        assert code == 200, body
+        assert (len(body["rows"]), body["buckets"], body["omitted"]) == (100, 10_000, 9_900)
+        assert (body["rows"][0]["bucket"], body["rows"][0]["demand_per_s"]) == (
+            {"tenant": "t7"},
+            25,
+        )
+    finally:
+        stream.close()
+
+
 def test_the_runtime_routes_need_the_token_and_a_sane_limit(server: SluiceProcess) -> None:
     assert get(server, "/api/v1/leases", token="wrong") == (
         401,

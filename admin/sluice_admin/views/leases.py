@@ -11,7 +11,8 @@ import streamlit as st
 from sluice_admin import runtime, session
 from sluice_admin import servers as servers_setting
 
-REFRESH_S = 2.0
+# Listing leases in Redis reads every table (0.5 s of a server's CPU for 10,000 of them).
+REFRESH_S = 5.0
 
 
 def render() -> None:

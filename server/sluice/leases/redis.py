@@ -29,7 +29,7 @@ __all__ = ["RedisLeaseStore", "script_source"]
 _LUA_DIR = Path(__file__).with_name("lua")
 _ERRORS = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
 _SUFFIX = "}:lease"
-BATCH = 500  # tables read in one pipeline when listing
+BATCH = 100  # tables read in one pipeline when listing: the event loop turns between two
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
