@@ -118,6 +118,8 @@ def test_an_unreachable_redis_is_backend_unavailable(prefix: str) -> None:
         try:
             with pytest.raises(BackendUnavailableError, match="^Redis: "):
                 await leases.acquire(("d", "k", "v"), "a", max_leases=1, ttl_s=1, now=0)
+            with pytest.raises(BackendUnavailableError, match="^Redis: "):  # listing too
+                await listed(leases, 0)
         finally:
             await leases.close()
 
