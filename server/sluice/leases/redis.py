@@ -118,7 +118,11 @@ class RedisLeaseStore:
                 seconds, micros = await self._client.time()
                 now = seconds + micros / 1_000_000
             keys: list[str] = []
+            seen: set[bytes] = set()  # SCAN may return a key twice
             async for key in self._client.scan_iter(match=pattern, count=1000, _type="zset"):
+                if key in seen:
+                    continue
+                seen.add(key)
                 keys.append(key.decode("utf-8", "surrogateescape"))
                 if len(keys) == BATCH:
                     yield await self._read(keys, now)
