@@ -28,6 +28,7 @@ from sluice.grpc.server import GrpcServer
 from sluice.http.app import make_app
 from sluice.http.connections import BoundedRunner
 from sluice.http.management import make_management_app
+from sluice.http.runtime import Runtime
 from sluice.leases import LeaseService, LeaseStore, MemoryLeaseStore
 from sluice.leases.redis import RedisLeaseStore
 from sluice.limiter import LimiterSettings, RateLimiter
@@ -105,6 +106,13 @@ def make_lease_store(
         key_prefix=settings.redis_key_prefix,
         max_concurrent_calls=settings.redis_pool_size,
     )
+
+
+def _lease_store_name(settings: Settings) -> str:
+    """Where leases live, as the runtime view names it: a Redis store is every instance's."""
+    if settings.backend != "redis":
+        return "memory"
+    return f"{redact_url(settings.redis_url)} {settings.redis_key_prefix}"
 
 
 def _redis_client(
@@ -412,6 +420,7 @@ class Sluice:
             service=self.service,
             api_token=s.api_token,
             metrics=self.metrics,
+            runtime=Runtime(self.lease_store, _lease_store_name(s), self.quota, self.clock),
         )
         # Requests still in flight at shutdown get the same grace as gRPC calls, not aiohttp's
         # own 60 s: a stuck client must not hold the process past its drain.

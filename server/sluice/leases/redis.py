@@ -15,7 +15,8 @@ the client's timeout; a real call after the cool-down is the probe.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import re
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,19 @@ from redis.asyncio import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from sluice.backends.redis.breaker import CLOSED, CircuitBreaker
-from sluice.backends.redis.keys import KeyNamer
+from sluice.backends.redis.keys import KeyNamer, counter_of_tag
 from sluice.errors import BackendUnavailableError
-from sluice.leases.store import CounterKey
-from sluice.leases.table import Acquired, InFlight
+from sluice.leases.store import CounterKey, StoredTable
+from sluice.leases.table import Acquired, Held, InFlight
 
 __all__ = ["RedisLeaseStore", "script_source"]
 
 _LUA_DIR = Path(__file__).with_name("lua")
 _ERRORS = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
 _CIRCUIT_OPEN = "Redis unavailable (circuit open)"
+_SUFFIX = "}:lease"
+BATCH = 100  # tables read in one pipeline when listing: the event loop turns between two
+_GLOB = re.compile(r"([*?\[\]\\])")
 
 
 def script_source(operation: str) -> str:
@@ -120,6 +124,50 @@ class RedisLeaseStore:
             *(self._call(self._in_flight, key, self._now(now)) for key in keys)
         )
         return [InFlight(int(reply[0]), float(reply[1])) for reply in replies]
+
+    async def list_tables(self, *, now: float) -> AsyncIterator[list[StoredTable]]:
+        # SCAN finds the tables (on every master of a Cluster); each batch is then read in
+        # one pipeline, without scripts: listing prunes nothing and changes no lease.
+        pattern = _GLOB.sub(r"\\\1", self._names.prefix) + "{*" + _SUFFIX
+        try:
+            if self._cluster:
+                async with self._learning:
+                    await self._client.initialize()
+            if self._server_time:
+                seconds, micros = await self._client.time()
+                now = seconds + micros / 1_000_000
+            keys: list[str] = []
+            seen: set[bytes] = set()  # SCAN may return a key twice
+            async for key in self._client.scan_iter(match=pattern, count=1000, _type="zset"):
+                if key in seen:
+                    continue
+                seen.add(key)
+                keys.append(key.decode("utf-8", "surrogateescape"))
+                if len(keys) == BATCH:
+                    yield await self._read(keys, now)
+                    keys = []
+            if keys:
+                yield await self._read(keys, now)
+        except _ERRORS as exc:
+            raise BackendUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    async def _read(self, keys: list[str], now: float) -> list[StoredTable]:
+        after = f"({now!r}"  # held while now < expires_at
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipe.zcount(key, after, "+inf")
+            pipe.zrangebyscore(key, after, "+inf", start=0, num=1, withscores=True)
+            pipe.zrevrangebyscore(key, "+inf", after, start=0, num=1, withscores=True)
+        async with self._calls:
+            replies = await pipe.execute()
+        tables = []
+        for i, key in enumerate(keys):
+            count, first, last = replies[3 * i : 3 * i + 3]
+            if count and first and last:  # a release between the reads may empty it
+                held = Held(int(count), first[0][1] - now, last[0][1] - now)
+                tag = key[len(self._names.prefix) + 1 : -len(_SUFFIX)]
+                tables.append(StoredTable(counter_of_tag(tag), held, key))
+        return tables
 
     async def close(self) -> None:
         await self._client.aclose()

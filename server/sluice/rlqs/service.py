@@ -112,6 +112,11 @@ class QuotaService:
     def buckets(self) -> int:
         return sum(len(o.stream.buckets) for o in self._open.values())
 
+    # -- what the runtime view reads (sluice/rlqs/listing.py), never changes
+
+    def open_streams(self) -> list[Stream]:
+        return [o.stream for o in self._open.values()]
+
     # -- lifecycle
 
     def start(self) -> None:
