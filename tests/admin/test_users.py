@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -12,7 +14,7 @@ from sluice_admin.auth import Account, Role, User, check_credentials, hash_passw
 from sluice_admin.data import AdminData, NotAllowedError
 from sluice_admin.users import Action, UserChange, UserChangeError, check
 from tests.admin._harness import PASSWORD, errors, new_app, no_exceptions, open_page, sign_in
-from tests.support.processes import run_sluice
+from tests.support.processes import run_sluice, wait_until
 
 
 def successes(at: AppTest) -> list[str]:
@@ -122,6 +124,47 @@ def test_admin_user_add_is_audited_as_the_system_user(database_url: str, data: A
     [entry] = [e for e in data.user_changes() if e.name == "sam"]
     assert (entry.action, entry.detail) == ("add", "added as an admin")
     assert entry.actor.endswith(" (sluice admin-user)")
+
+
+def test_two_admins_demoting_each_other_at_once_leave_one_on_postgresql(
+    postgres_url: str,
+) -> None:
+    # Another admin's transaction is demoting ada and holds the rows; bo's change to demote
+    # himself must wait for it and then see ada demoted, not the admins as they were.
+    data = AdminData.open(postgres_url)
+    for name in ("ada", "bo"):
+        data.save_account(Account(name, A, _HASH), actor="seed")
+    outcome: list[BaseException | None] = []
+    with psycopg.connect(postgres_url) as other, psycopg.connect(postgres_url) as watcher:
+        other.execute("SELECT name FROM admin_users FOR UPDATE")
+        other.execute("UPDATE admin_users SET role = 'editor' WHERE name = 'ada'")
+
+        def demote_bo() -> None:
+            try:
+                data.change_user(User("bo", A), UserChange(Action.ROLE, "bo", E), setting={})
+                outcome.append(None)
+            except UserChangeError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=demote_bo)
+        thread.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        wait_until(
+            lambda: watcher.execute(waiting).fetchone() == (1,) or not thread.is_alive(),
+            10,
+            "bo's change to wait for the other transaction",
+        )
+        other.commit()
+        thread.join(10)
+    [refused] = outcome
+    assert isinstance(refused, UserChangeError), "both admins were demoted"
+    assert str(refused) == "bo is the last admin: make another user an admin first"
+    roles = {name: account.role for name, account in data.accounts().items()}
+    data.close()
+    assert roles == {"ada": E, "bo": A}
 
 
 # -- the page ---------------------------------------------------------------------------------
