@@ -8,9 +8,11 @@ values, so their counters do not meet.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -39,6 +41,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2}
 """
 ZOE_FIRST, ZOE_SECOND = "zoe's first password", "zoe's second password"
+DOC_SCREENSHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
 TTL_S = 12  # the override's: long enough to see it applied on a loaded machine
 
 
@@ -50,6 +53,12 @@ class Env:
     browser: Any
     page: Any
     outbound: Outbound
+    shots: Path  # where screenshots go
+
+    def shot(self, name: str) -> None:
+        """The page from its title down (Streamlit scrolls its own container, not the page)."""
+        self.page.locator("h1").first.scroll_into_view_if_needed()
+        self.page.screenshot(path=str(self.shots / f"{name}.png"))
 
     def decide(self, user: str) -> int:
         entry = ratelimit_pb2.RateLimitDescriptor.Entry(key="user", value=user)
@@ -115,9 +124,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         page.set_default_timeout(30_000)  # other test workers share the CPUs
         browser_sign_in(page, url, "ada")
         settle(page)
-        yield Env(
-            url, database_url, rls_pb2_grpc.RateLimitServiceStub(channel), chromium, page, outbound
-        )
+        # SLUICE_UPDATE_SCREENSHOTS=1 refreshes the committed ones (README, docs/admin.md).
+        shots = DOC_SCREENSHOTS if os.environ.get("SLUICE_UPDATE_SCREENSHOTS") else workdir
+        # SLUICE_UPDATE_SCREENSHOTS=1 refreshes the committed ones (README, docs/admin.md).
+        shots = DOC_SCREENSHOTS if os.environ.get("SLUICE_UPDATE_SCREENSHOTS") else workdir
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        yield Env(url, database_url, stub, chromium, page, outbound, shots)
         assert outbound.refused == []  # no host but the admin app, on any page
         chromium.close()
 
@@ -189,6 +201,8 @@ def test_users_page(env: Env) -> None:
     refused = _signs_in(env, "zoe", ZOE_FIRST)
     assert refused.get_by_text("Wrong user name or password.").is_visible()
     refused.context.close()
+    settle(page)
+    env.shot("users")
     zoe = _signs_in(env, "zoe", ZOE_SECOND)
     zoe.get_by_text("Signed in as zoe (admin)").wait_for()
     assert zoe.get_by_role("link", name="Users", exact=True).count() == 1
@@ -235,6 +249,7 @@ def test_an_override_applies_until_it_expires(env: Env) -> None:
     env.until("vip", OK, "the override to apply")
     assert time.time() < expires_at - 2, "the override went live too late to be watched"
     page.get_by_text("user=vip · 100 / second (fixed_window) · expires in").wait_for()
+    env.shot("pins")
     answers: list[tuple[float, int, float]] = []  # (sent, code, answered)
 
     def refused() -> bool:
