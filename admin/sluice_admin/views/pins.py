@@ -23,6 +23,7 @@ COUNTDOWN_S = 1.0  # how often the countdowns tick
 # What each kind's buttons say, and the comment a change gets when none is written.
 _ADD = {"overrides": "Set override", "blocks": "Block", "allows": "Allow"}
 _ADDED = {"overrides": "override", "blocks": "block", "allows": "allow"}
+_NOUN = {"overrides": "overrides", "blocks": "blocks", "allows": "allow-list entries"}
 _REMOVED = {"overrides": "remove override", "blocks": "unblock", "allows": "unallow"}
 
 
@@ -61,7 +62,7 @@ def _listing(data: AdminData, user: User, domain: str, kind: str) -> None:
         view = data.get(domain)
         listed = pins.rows(list(view.policy.pins) if view else [], kind, session.clock().now())
         if not listed:
-            st.caption(f"No {pins.KINDS[kind].lower()} entries in {session.escape(domain)}.")
+            st.caption(f"No {_NOUN[kind]} in {session.escape(domain)}.")
             return
         for row in listed:
             text, button = st.columns([6, 1], vertical_alignment="center")
