@@ -22,7 +22,7 @@ from sluice.usage.store import SECOND, UsagePoint, UsageStore
 from sluice_admin.accounts import AccountStore, UserChangeEntry
 from sluice_admin.auth import Account, Role, User
 from sluice_admin.pending import pending_text
-from sluice_admin.users import UserChange
+from sluice_admin.users import UserChange, a_role
 
 __all__ = ["AdminData", "NotAllowedError"]
 
@@ -208,10 +208,7 @@ class AdminData:
         """Add, remove, re-role or set the password of a user stored in the database, as
         ``user`` (who must be an admin, as the database and ``setting`` say now); audited."""
         if not user.can_manage_users:
-            raise NotAllowedError(
-                f"{user.name} is {'an' if user.role is Role.EDITOR else 'a'} "
-                f"{user.role.value}: only admins may manage users"
-            )
+            raise NotAllowedError(f"{user.name} is {a_role(user.role)}: only admins manage users")
         self._accounts.change(change, actor=user.name, setting=setting)
 
     def user_changes(self) -> list[UserChangeEntry]:
