@@ -231,3 +231,16 @@ def test_a_viewer_gets_no_reset_buttons_on_live_usage(
     at = open_page(sign_in(new_app(ManualClock(NOW)), "vi"), "live")
     assert len(at.dataframe) == 1
     assert not [b for b in at.button if (b.key or "").startswith("live_reset_")]
+
+
+def test_no_reset_buttons_for_what_rlqs_data_planes_decided(
+    database_url: str, store: PolicyStore
+) -> None:
+    second = NOW - 3
+    UsageStore(store.database).add(
+        {("shop.user (rlqs)", second): [50, 5, 0, 0, 0, 0]},
+        {("shop.user (rlqs)", second - second % 60): {"user,mallory": 5}},
+    )
+    at = open_page(sign_in(new_app(ManualClock(NOW)), "ed"), "live")
+    assert len(at.dataframe) == 1
+    assert not [b for b in at.button if (b.key or "").startswith("live_reset_")]

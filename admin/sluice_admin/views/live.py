@@ -60,18 +60,20 @@ def _usage(data: AdminData, domain: str, label: str) -> None:
             return
         user = session.current_user()
         for rule in sorted(series):
-            _rule(data, user, domain, rule, series[rule], (since, now, resolution))
+            _rule(data, rule, series[rule], since, now, resolution, user=user, domain=domain)
 
 
 def _rule(
     data: AdminData,
-    user: User,
-    domain: str,
     rule: str,
     points: list,
-    span: tuple[int, int, int],
+    since: int,
+    now: int,
+    resolution: int,
+    *,
+    user: User,
+    domain: str,
 ) -> None:
-    since, now, resolution = span
     t = metrics.totals(points, since, now + 1)
     if not t.requests and not t.backend_errors:
         return
@@ -99,7 +101,8 @@ def _rule(
                 hide_index=True,
                 width="stretch",
             )
-            if user.can_edit:
+            # Data planes decide RLQS traffic themselves: no server counter to reset there.
+            if user.can_edit and not rule.endswith(RLQS_USAGE_SUFFIX):
                 _let_in_again(data, user, domain, rule, [key for key, _ in offenders])
 
 
