@@ -13,7 +13,15 @@ from streamlit.testing.v1 import AppTest
 from sluice_admin.auth import Account, Role, User, check_credentials, hash_password
 from sluice_admin.data import AdminData, NotAllowedError
 from sluice_admin.users import Action, UserChange, UserChangeError, check
-from tests.admin._harness import PASSWORD, errors, new_app, no_exceptions, open_page, sign_in
+from tests.admin._harness import (
+    ON_BOTH_DATABASES,
+    PASSWORD,
+    errors,
+    new_app,
+    no_exceptions,
+    open_page,
+    sign_in,
+)
 from tests.support.processes import run_sluice, wait_until
 
 
@@ -87,6 +95,7 @@ def data(database_url: str) -> Iterator[AdminData]:
 ADA = User("ada", Role.ADMIN)
 
 
+@ON_BOTH_DATABASES
 def test_every_change_is_audited_without_its_password(data: AdminData) -> None:
     data.change_user(ADA, UserChange(Action.ADD, "zoe", V, hash_password("x" * 8)), setting={})
     data.change_user(ADA, UserChange(Action.ROLE, "zoe", A), setting={})
@@ -105,6 +114,7 @@ def test_every_change_is_audited_without_its_password(data: AdminData) -> None:
     assert not any("scrypt" in str(entry) for entry in data.user_changes())
 
 
+@ON_BOTH_DATABASES
 def test_a_refused_change_writes_nothing(data: AdminData) -> None:
     before = data.user_changes()
     with pytest.raises(UserChangeError, match="ada is the last admin"):
@@ -182,6 +192,7 @@ def test_only_admins_get_the_users_page(data: AdminData) -> None:
     assert [t.value for t in users_page("ada").title] == ["Users"]
 
 
+@ON_BOTH_DATABASES
 def test_add_change_reset_and_remove_a_user(data: AdminData) -> None:
     at = users_page()
     no_exceptions(at)
