@@ -176,8 +176,8 @@ class Settings:
     )
     admin_users: str = _setting(
         "",
-        "Admin app users besides those in the database: NAME:ROLE:HASH,... (ROLE viewer or "
-        "editor; HASH from sluice admin-user add NAME --print).",
+        "Admin app users besides those in the database: NAME:ROLE:HASH,... (ROLE viewer, "
+        "editor or admin; HASH from sluice admin-user add NAME --print).",
         secret=True,
     )
     admin_servers: str = _setting(

@@ -37,7 +37,7 @@ def database_url(
     else:
         url = f"sqlite:///{tmp_path / 'sluice.db'}"
     data = AdminData.open(url)
-    data.save_account(Account("vi", Role.VIEWER, _HASH))
+    data.save_account(Account("vi", Role.VIEWER, _HASH), actor="seed")
     data.close()
     with PolicyStore(url) as store:
         PolicyService(store).publish(load_text(SHOP), author="seed", comment="first")

@@ -77,5 +77,5 @@ def test_a_bad_users_setting_is_reported(database_url: str, monkeypatch) -> None
     at = sign_in(new_app(), "ed")
     assert errors(at) == [
         "The admin users setting is invalid: SLUICE_ADMIN_USERS entry 1: "
-        "role must be viewer or editor"
+        "role must be viewer, editor or admin"
     ]
