@@ -20,6 +20,8 @@ PAGES = [
     ("live.py", "Live usage", ":material/show_chart:"),
     ("what_if.py", "What-if", ":material/science:"),
     ("history.py", "History", ":material/history:"),
+    ("leases.py", "Leases", ":material/lock_clock:"),
+    ("rlqs.py", "RLQS buckets", ":material/water_drop:"),
     ("transfer.py", "Import / export", ":material/swap_vert:"),
 ]
 

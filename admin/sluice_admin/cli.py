@@ -25,6 +25,9 @@ INSTALL_HINT = "pip install 'sluice[admin]'"
 _ADMIN_SETTINGS = (
     "database_url",
     "admin_users",
+    # The Leases and RLQS pages ask these servers, with the API token.
+    "admin_servers",
+    "api_token",
     "max_sliding_log_limit",
     "log_level",
     # The sign-in throttle decides with the server's backend (shared when it is Redis).

@@ -37,7 +37,7 @@ from tests.support.processes import sluice_serve, wait_until
 
 pytestmark = pytest.mark.e2e
 
-PAGES = ("overview", "rules", "live", "what_if", "history", "transfer")
+PAGES = ("overview", "rules", "live", "what_if", "history", "transfer", "leases", "rlqs")
 VALUE = "<script>window.__xss='value'</script>"
 NAME = "<img src=x onerror=\"window.__xss='name'\">"
 LINK = "[click](javascript:window.__xss='link')"

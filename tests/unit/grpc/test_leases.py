@@ -14,6 +14,7 @@ from sluice.clock import ManualClock
 from sluice.edge.status import GrpcError, Status
 from sluice.grpc.leases import LEASE_SERVICE_NAME, LeaseCore
 from sluice.leases import LeaseService, MemoryLeaseStore
+from sluice.metrics import Metrics
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
 
@@ -87,6 +88,40 @@ def test_refusals_carry_the_status_and_the_field(
         asyncio.run(handler(decode(data)))
     assert raised.value.status is status
     assert raised.value.message.startswith(message)
+
+
+def test_every_call_is_counted_by_method_and_result() -> None:
+    clock = ManualClock(100)
+    metrics = Metrics(dict)
+    snapshot = Snapshot(load_text(POLICY, "p.yaml"))
+    leases = LeaseCore(LeaseService(lambda: snapshot, MemoryLeaseStore(), clock), metrics)
+    acquire = lease_pb2.AcquireRequest(domain="jobs", entries=ENTRIES)
+    granted = asyncio.run(leases.acquire(acquire))
+    asyncio.run(leases.acquire(acquire))  # refused: one lease at a time
+    renew = lease_pb2.RenewRequest(domain="jobs", entries=ENTRIES, lease_id=granted.lease_id)
+    asyncio.run(leases.renew(renew))
+    release = lease_pb2.ReleaseRequest(domain="jobs", entries=ENTRIES, lease_id=granted.lease_id)
+    asyncio.run(leases.release(release))
+    asyncio.run(leases.release(release))  # released already
+    clock.advance(10)
+    asyncio.run(leases.renew(renew))  # long gone
+    with pytest.raises(GrpcError):
+        asyncio.run(leases.acquire(lease_pb2.AcquireRequest(domain="x", entries=ENTRIES)))
+    counted = {
+        (sample.labels["method"], sample.labels["result"]): sample.value
+        for family in metrics.registry.collect()
+        if family.name == "sluice_lease_calls"
+        for sample in family.samples
+    }
+    assert counted == {
+        ("acquire", "granted"): 1,
+        ("acquire", "refused"): 1,
+        ("renew", "renewed"): 1,
+        ("renew", "expired"): 1,
+        ("release", "released"): 1,
+        ("release", "unknown"): 1,
+        ("acquire", "not_found"): 1,
+    }
 
 
 class _Gated(MemoryLeaseStore):
