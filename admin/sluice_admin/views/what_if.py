@@ -64,12 +64,13 @@ def render() -> None:
         recorded, synthetic, suggested = st.tabs(
             ["Recorded traffic (last hour)", "Synthetic traffic", "Suggested limit"]
         )
+        hour = _LastHour(data, rule_id)
         with recorded:
-            _recorded(data, rule_id, current, proposed)
+            _recorded(hour, current, proposed)
         with synthetic:
             _synthetic(current, proposed, proposal, index)
         with suggested:
-            _suggested(data, row, rule_id, current)
+            _suggested(data, hour, row, rule_id, current)
 
 
 def _proposal(limit, index: int) -> Limit:  # noqa: ANN001 (RateLimit | None)
@@ -137,32 +138,48 @@ def _outcome(
     )
 
 
-def _replays(
-    data: AdminData, rule_id: str, current: list[Limit], proposed: list[Limit]
-) -> tuple[whatif.Replay, whatif.Replay, bool] | None:
-    """The last hour replayed with ``current`` and ``proposed``, and whether per key (when
-    the store has per-key figures; else on one counter); None when nothing was recorded."""
-    now = int(session.clock().now())
-    points = data.usage_of(rule_id, since_s=now - HOUR_S, resolution_s=SECOND)
-    totals = whatif.recorded(points)
-    if not totals:
+class _LastHour:
+    """A rule's recorded last hour, read once per run, and its replays by limits (each tab
+    replays the current limit: once is enough, a replay of a busy hour takes a second)."""
+
+    def __init__(self, data: AdminData, rule_id: str) -> None:
+        now = int(session.clock().now())
+        points = data.usage_of(rule_id, since_s=now - HOUR_S, resolution_s=SECOND)
+        self.totals = whatif.recorded(points)
+        self.keys = whatif.key_traffic(data.key_record(rule_id, since_s=now - HOUR_S), self.totals)
+        self._replays: dict[str, whatif.Replay] = {}
+
+    @property
+    def per_key(self) -> bool:
+        return not self.keys.empty
+
+    def replay(self, limits: list[Limit]) -> whatif.Replay:
+        """Per key when the store has per-key figures, else on one counter."""
+        key = repr(limits)
+        if key not in self._replays:
+            with st.spinner("Replaying the last hour…"):
+                self._replays[key] = (
+                    whatif.predict(limits, self.keys)
+                    if self.per_key
+                    else whatif.simulate(limits, self.totals)
+                )
+        return self._replays[key]
+
+    def missing(self) -> bool:
+        """True, saying so, when nothing was recorded for the rule in the last hour."""
+        if self.totals:
+            return False
         st.caption(
             "No usage recorded for this rule in the last hour; try synthetic traffic instead."
         )
-        return None
-    keys = whatif.key_traffic(data.key_record(rule_id, since_s=now - HOUR_S), totals)
-    with st.spinner("Replaying the last hour…"):
-        if keys.empty:
-            return whatif.simulate(current, totals), whatif.simulate(proposed, totals), False
-        return whatif.predict(current, keys), whatif.predict(proposed, keys), True
+        return True
 
 
-def _recorded(data: AdminData, rule_id: str, current: list[Limit], proposed: list[Limit]) -> None:
-    replays = _replays(data, rule_id, current, proposed)
-    if replays is None:
+def _recorded(hour: _LastHour, current: list[Limit], proposed: list[Limit]) -> None:
+    if hour.missing():
         return
-    before, after, per_key = replays
-    st.info(PER_KEY if per_key else APPROXIMATION, icon=":material/info:")
+    before, after = hour.replay(current), hour.replay(proposed)
+    st.info(PER_KEY if hour.per_key else APPROXIMATION, icon=":material/info:")
     if after.skipped_hits:
         st.warning(
             f"Only the most recent {whatif.MAX_REPLAY_HITS} requests were replayed "
@@ -195,7 +212,9 @@ def _synthetic(current: list[Limit], proposed: list[Limit], proposal: Limit, ind
     st.altair_chart(charts.what_if(after, before, relative=True), width="stretch")
 
 
-def _suggested(data: AdminData, row: RuleRow, rule_id: str, current: list[Limit]) -> None:
+def _suggested(
+    data: AdminData, hour: _LastHour, row: RuleRow, rule_id: str, current: list[Limit]
+) -> None:
     st.caption(
         "Each key's peak rate is the most requests it sent in one second. The suggestion is "
         "the lowest limit per second that only the fastest keys you choose exceeded."
@@ -229,9 +248,13 @@ def _suggested(data: AdminData, row: RuleRow, rule_id: str, current: list[Limit]
     algorithm = row.rule.limits[0].algorithm if row.rule.limits else DEFAULT_ALGORITHM.name
     st.metric("Suggested limit (requests / second)", limit)
     proposal = [Limit(limit, 1, ALGORITHMS[algorithm], limit), *current[1:]]
-    replays = _replays(data, rule_id, current, proposal)
-    if replays is not None:
-        _outcome("The suggestion over the last hour", replays[0], replays[1], label="suggested")
+    if not hour.missing():
+        _outcome(
+            "The suggestion over the last hour",
+            hour.replay(current),
+            hour.replay(proposal),
+            label="suggested",
+        )
     if session.current_user().can_edit and st.button(
         "Make it a pending edit", key="whatif_use_suggestion", icon=":material/edit:"
     ):
