@@ -53,6 +53,9 @@ class UsageFlusher:
         self._counts: dict[tuple[str, int], list[int]] = {}
         self._offenders: dict[tuple[str, int], dict[str, int]] = {}
         self._keys: dict[tuple[str, int], KeySummary] = {}
+        # Per-key counts drained but not yet summarised: that is done in the sending thread,
+        # since a rule with 100,000 keys in a second takes ~50 ms to summarise.
+        self._unsummarised: list[tuple[str, int, dict[tuple[str, ...], int]]] = []
         self._flushes = 0
         self._sending: asyncio.Future[bool] | None = None
         self._periodic = Periodic("usage flush", interval_s, self.flush_once)
@@ -77,12 +80,7 @@ class UsageFlusher:
             for i, n in enumerate(usage.counts):
                 target[i] += n
             if usage.keys:
-                summary = summarize(usage.keys, top=self._top_keys)
-                kept = self._keys.get((rule, second))
-                if kept is None:
-                    self._keys[(rule, second)] = summary
-                else:
-                    kept.add(summary)
+                self._unsummarised.append((rule, second, usage.keys))
             if usage.offenders is not None:
                 keys = self._offenders.setdefault((rule, minute), {})
                 for key, hits in usage.offenders.top():
@@ -127,7 +125,7 @@ class UsageFlusher:
         if not self._counts and not self._offenders:
             return True
         try:
-            await asyncio.to_thread(self._store.add, self._counts, self._offenders, self._keys)
+            await asyncio.to_thread(self._send)
         except SluiceError as exc:
             self.failures += 1
             if self.store_up:
@@ -145,6 +143,18 @@ class UsageFlusher:
             except SluiceError as exc:
                 log.warning("could not expire old usage: %s", exc)
         return True
+
+    def _send(self) -> None:
+        """In the sending thread: summarise the per-key counts, then store everything."""
+        for rule, second, counts in self._unsummarised:
+            summary = summarize(counts, top=self._top_keys)
+            kept = self._keys.get((rule, second))
+            if kept is None:
+                self._keys[(rule, second)] = summary
+            else:
+                kept.add(summary)
+        self._unsummarised = []
+        self._store.add(self._counts, self._offenders, self._keys)
 
     def start(self) -> None:
         self._periodic.start()
