@@ -217,9 +217,9 @@ def test_the_suggestion_refuses_at_most_the_chosen_share_of_keys() -> None:
     assert suggested_limit(PeakRates([], 0), 1.0) is None
 
 
-def _seed_key_usage(store, now: int) -> None:  # noqa: ANN001
-    """The last 20 s of shop.user: 'a' at 30/s, 'b' at 8/s, and 10 other keys at 1/s."""
-    start = now - 100
+def _seed_key_usage(store, now: int, *, ago_s: int = 100) -> None:  # noqa: ANN001
+    """20 s of shop.user from ``ago_s`` ago: 'a' at 30/s, 'b' at 8/s, 10 other keys at 1/s."""
+    start = now - ago_s
     counts, keys = {}, {}
     for i in range(20):
         counts[("shop.user", start + i)] = [48, 0, 0, 0, 0, 0]
@@ -272,3 +272,17 @@ def test_the_suggestion_becomes_a_pending_edit(database_url: str, store) -> None
     diff = codes(at)[-1].splitlines()
     assert "-    unit: minute" in diff and "+    unit: second" in diff
     assert "-    requests_per_unit: 5" in diff and "+    requests_per_unit: 8" in diff
+
+
+def test_a_day_of_peaks_comes_from_the_per_minute_rows(database_url: str, store) -> None:  # noqa: ANN001
+    now = 1_800_000_000
+    _seed_key_usage(store, now, ago_s=2 * 3600)  # two hours ago: only in the day's window
+    UsageStore(store.database).expire(now)  # the per-second rows are gone, as they would be
+    at = open_page(sign_in(new_app(ManualClock(now)), "ed"), "what_if")
+    assert any(
+        "No per-key usage recorded for this rule in the last hour." in c.value for c in at.caption
+    )
+    at.radio(key="whatif_peak_window").set_value("last day")
+    at.run()
+    assert (int(metric(at, "Keys")), int(metric(at, "Max peak / s"))) == (12, 30)
+    assert int(metric(at, "Suggested limit (requests / second)")) == 30  # 1 % of 12: none
