@@ -21,7 +21,7 @@ from sluice_admin.whatif import (
     spread,
     steady,
 )
-from tests.admin._harness import codes, metric, new_app, no_exceptions, open_page, sign_in
+from tests.admin._harness import charts, codes, metric, new_app, no_exceptions, open_page, sign_in
 
 
 def test_fixed_window_admits_the_limit_then_refuses_the_rest_of_the_window() -> None:
@@ -121,7 +121,25 @@ def test_the_page_replays_the_recorded_hour_with_the_servers_algorithms(
     now_line = f"Now: {expect_now.admitted} admitted, {expect_now.rejected} rejected."
     assert any(c.value.startswith(now_line) for c in at.caption)
     assert any("one counter" in i.value for i in at.info)  # the approximation is stated
-    assert at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")
+    # The recorded traffic's chart (time of day; the synthetic traffic's counts seconds from
+    # its start): the proposal's admitted and rejected per second, stacked, and the current
+    # rule's rejections as a line, each second of the replay and the closing zero after it.
+    recorded_charts = [
+        c for c in charts(at) if c.spec["layer"][0]["encoding"]["x"]["type"] == "temporal"
+    ]
+    [chart] = recorded_charts
+    area, line = chart.spec["layer"]
+    closing = Second(start + 20, 0, 0)
+    proposed = {(int(r["time"].timestamp()), r["outcome"]): r["requests"] for r in chart.rows(area)}
+    assert proposed == {
+        (s.second, outcome): count
+        for s in [*expect_then.seconds, closing]
+        for outcome, count in (("admitted", s.admitted), ("rejected", s.rejected))
+    }
+    current = {int(r["time"].timestamp()): r["rejected now"] for r in chart.rows(line)}
+    assert current == {s.second: s.rejected for s in [*expect_now.seconds, closing]}
+    assert [s.second for s in expect_then.seconds] == list(range(start, start + 20))
+    assert area["encoding"]["y"]["title"] == line["encoding"]["y"]["title"] == "requests / s"
 
 
 # -- per key -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from sluice.leases import LeaseService, MemoryLeaseStore
 from sluice.metrics import Metrics
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
+from tests.support.examples import examples
 
 POLICY = """\
 domain: jobs
@@ -163,7 +164,7 @@ _ids = st.text(max_size=70)
 _ttl = st.integers(0, 2**32 - 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.one_of(
         st.binary(max_size=64).map(lambda data: ("Acquire", data)),
