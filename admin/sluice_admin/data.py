@@ -18,7 +18,7 @@ from sluice.model import DomainPolicy
 from sluice.policies.service import DomainView, PolicyService, Version
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT
-from sluice.usage.store import SECOND, UsagePoint, UsageStore
+from sluice.usage.store import SECOND, KeyRecord, UsagePoint, UsageStore
 from sluice_admin.accounts import AccountStore, UserChangeEntry
 from sluice_admin.auth import Account, Role, User
 from sluice_admin.pending import pending_text
@@ -191,6 +191,10 @@ class AdminData:
         """One rule's points (not those of the rules nested under it)."""
         series = self._usage.series(rule_id, since_s=since_s, resolution_s=resolution_s)
         return series.get(rule_id, [])
+
+    def key_record(self, rule_id: str, *, since_s: int, resolution_s: int = SECOND) -> KeyRecord:
+        """One rule's usage per key (its heaviest keys by name, the rest as a histogram)."""
+        return self._usage.key_record(rule_id, since_s=since_s, resolution_s=resolution_s)
 
     def top_offenders(self, rule_id: str, *, since_s: int) -> list[tuple[str, int]]:
         return self._usage.top_offenders(rule_id, since_s=since_s)
