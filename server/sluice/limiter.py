@@ -171,7 +171,7 @@ class RateLimiter:
                 # Not a quota upstream counts, even with quota_mode: it checks no limit.
                 statuses[i] = _UNLIMITED
                 if recorder is not None:
-                    recorder.record(match.rule_id, ALLOWED, cost=cost)
+                    recorder.record(match.rule_id, ALLOWED, cost=cost, key=match.counter_key)
                     # Upstream's statsd counts nothing for an unlimited rule.
                     recorder.record_named(match.rule_id, "", ALLOWED, cost=cost)
                 continue
@@ -255,7 +255,9 @@ class RateLimiter:
                 if limit is not None
                 else 0
             )
-            recorder.record(a.match.rule_id, ALLOWED, cost=a.cost, near=near)
+            recorder.record(
+                a.match.rule_id, ALLOWED, cost=a.cost, near=near, key=a.match.counter_key
+            )
             if a.match.metric_name is not None:
                 recorder.record_named(
                     a.match.rule_id, a.match.metric_name, ALLOWED, cost=a.cost, near=near
@@ -282,6 +284,7 @@ class RateLimiter:
             local=local,
             near=near,
             below_limit=below,
+            key=a.match.counter_key,
         )
         if a.match.metric_name is not None:
             recorder.record_named(
