@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, cast
 
 from aiohttp import web
@@ -134,7 +134,11 @@ def _redis_client(
     )
 
 
-def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> StatsdSink | None:
+def make_statsd(
+    settings: Settings,
+    state: Callable[[], dict[str, float]],
+    domains_not_found: Callable[[], Mapping[str, int]] | None = None,
+) -> StatsdSink | None:
     """envoyproxy/ratelimit's statsd metrics, when ``statsd_address`` names a destination."""
     if not settings.statsd_address:
         return None
@@ -154,6 +158,7 @@ def make_statsd(settings: Settings, state: Callable[[], dict[str, float]]) -> St
         tags=parse_tags(settings.statsd_tags),
         flush_interval_s=settings.statsd_flush_interval_s,
         state=state,
+        domains_not_found=domains_not_found,
     )
 
 
@@ -265,7 +270,9 @@ class Sluice:
             ),
             self.metrics,
         )
-        self.statsd = make_statsd(settings, self._metric_state)
+        self.statsd = make_statsd(
+            settings, self._metric_state, self.recorder.drain_domains_not_found
+        )
         # ShouldRateLimit, whichever transport serves it; drained on stop.
         access_log = AccessLog.create(settings.access_log_sample_rate)
         self.rls = RateLimitCore(self.limiter, self.metrics, self.statsd, access_log)

@@ -161,6 +161,8 @@ class RateLimiter:
             else:
                 match = snapshot.lookup(domain, descriptor.entries)
             if match is None:
+                if recorder is not None and not snapshot.has_domain(domain):
+                    recorder.domain_not_found(domain)
                 continue
             # Collected before unlimited rules are answered: an unlimited rule's replaces count.
             if match.replaces:
@@ -266,17 +268,33 @@ class RateLimiter:
         kind = SHADOW_OVER if a.match.shadow_mode else OVER_LIMIT
         # The local over-limit cache answers a hit whole: all its outcomes are its own.
         local = outcomes[0].local
+        # A hit that crossed the limit of the window that decided: upstream's statistics
+        # count its part past the limit as over it, and its part in the near range as near.
+        chosen = _deciding(outcomes)
+        below = outcomes[chosen].below_limit
+        if below:
+            near = recorder.near_hits_below(a.match.limits[chosen].requests_per_unit, below)
+        else:
+            near = 0
         recorder.record(
             a.match.rule_id,
             kind,
             cost=a.cost,
             offender=offender,
             local=local,
+            near=near,
+            below_limit=below,
             key=a.match.counter_key,
         )
         if a.match.metric_name is not None:
             recorder.record_named(
-                a.match.rule_id, a.match.metric_name, kind, cost=a.cost, local=local
+                a.match.rule_id,
+                a.match.metric_name,
+                kind,
+                cost=a.cost,
+                local=local,
+                near=near,
+                below_limit=below,
             )
 
     async def _count_leases(self, leased: list[_Applicable]) -> list[DescriptorStatus]:
@@ -358,16 +376,8 @@ def _refuse_overrides(request: RateLimitRequest) -> None:
 
 
 def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStatus, bool]:
-    """One status for a rule's limits (the refusing limit with the longest wait, or else the
-    limit closest to exhaustion), and whether the hit was admitted."""
-    if len(outcomes) == 1:
-        chosen = 0
-    else:
-        refused = [i for i, o in enumerate(outcomes) if not o.allowed]
-        if refused:
-            chosen = max(refused, key=lambda i: outcomes[i].reset_s)
-        else:
-            chosen = min(range(len(outcomes)), key=lambda i: outcomes[i].remaining)
+    """One status for a rule's limits (``_deciding``), and whether the hit was admitted."""
+    chosen = _deciding(outcomes)
     outcome = outcomes[chosen]
     limit = a.match.limits[chosen]
     reported = limit.rate_limit
@@ -379,6 +389,17 @@ def _status(a: _Applicable, outcomes: Sequence[Outcome]) -> tuple[DescriptorStat
     reason = "" if outcome.fits else _never_fits(a.cost, limit)
     reset = _reset(limit, outcome)
     return DescriptorStatus(code, reported, outcome.remaining, reset, reason=reason), False
+
+
+def _deciding(outcomes: Sequence[Outcome]) -> int:
+    """Which of a rule's limits its status reports: the refusing one with the longest wait,
+    or else the one closest to exhaustion."""
+    if len(outcomes) == 1:
+        return 0
+    refused = [i for i, o in enumerate(outcomes) if not o.allowed]
+    if refused:
+        return max(refused, key=lambda i: outcomes[i].reset_s)
+    return min(range(len(outcomes)), key=lambda i: outcomes[i].remaining)
 
 
 def _reset(limit: Limit, outcome: Outcome) -> float:

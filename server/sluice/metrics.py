@@ -135,7 +135,7 @@ class Metrics:
         )
         self.rule_near_limit = Counter(
             "sluice_rule_near_limit",
-            "Allowed hits that found at least near_limit_ratio of the limit used.",
+            "Hits past near_limit_ratio of the limit and not past it (envoyproxy/ratelimit's).",
             ["domain", "rule"],
             registry=own,
         )

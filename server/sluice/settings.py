@@ -2,8 +2,10 @@
 many also envoyproxy/ratelimit's own variable (``upstream_env.py``): one setting underneath
 each name.
 
-Precedence: flag, then ``SLUICE_*``, then upstream's variable, then default. ``resolve`` also
-says which of them each value came from (``sluice settings`` prints it).
+Precedence: flag, then ``SLUICE_*``, then upstream's variable, then default: Sluice's, or
+upstream's where it differs and Redis is set up by upstream's variables
+(``upstream_env.UPSTREAM_DEFAULTS``: the local over-limit cache). ``resolve`` also says which
+of them each value came from (``sluice settings`` prints it).
 ``docs/configuration.md`` lists the same table; a test keeps the two in step.
 """
 
@@ -363,6 +365,12 @@ def resolve(
         raw, origin = found
         values[f.name] = _convert(raw, type(f.default), origin)
         sources[f.name] = f"upstream {origin}" if upstream is not None else origin
+    if sources["redis_url"].startswith("upstream "):
+        # Redis set up as upstream's: where upstream's default differs, it is upstream's.
+        for name, (value, why) in upstream_env.UPSTREAM_DEFAULTS.items():
+            if sources[name] == DEFAULT:
+                values[name] = value
+                sources[name] = f"upstream default ({why})"
     settings = Settings(**values)
     _validate(settings, sources)
     return settings, sources

@@ -12,8 +12,12 @@ What is sent, every ``flush_interval_s`` (upstream's ``STATS_FLUSH_INTERVAL``):
   (timer, milliseconds), one timer sample per call.
 * ``ratelimit.service.config_load_success`` / ``config_load_error``,
   ``ratelimit.service.call.should_rate_limit.redis_error`` / ``service_error``,
-  ``ratelimit.service.global_shadow_mode``: counters, the increase of totals kept elsewhere
-  (``state``).
+  ``ratelimit.service.global_shadow_mode``, ``ratelimit.redis_pool.cx_total`` /
+  ``cx_local_close`` (the decisions' Redis connections opened / closed): counters, the
+  increase of totals kept elsewhere (``state``); ``ratelimit.redis_pool.cx_active`` (those
+  open now): a gauge, sent at every flush.
+* ``ratelimit.service.rate_limit.<domain>.domain_not_found``: descriptors of a domain no
+  policy has, per domain (``domains_not_found``, drained at each flush).
 
 The request path pays for one call of ``observe_request`` (a counter and a list append);
 the per-rule counters come from the usage recorder's drain, which the request path already
@@ -72,6 +76,12 @@ _STATE_COUNTERS = {
     "redis_errors": "ratelimit.service.call.should_rate_limit.redis_error",
     "service_errors": "ratelimit.service.call.should_rate_limit.service_error",
     "global_shadow_answers": "ratelimit.service.global_shadow_mode",
+    "redis_connections_opened": "ratelimit.redis_pool.cx_total",
+    "redis_connections_closed": "ratelimit.redis_pool.cx_local_close",
+}
+# Values in ``state`` sent as they are, as upstream's gauges, at every flush.
+_STATE_GAUGES = {
+    "redis_connections": "ratelimit.redis_pool.cx_active",
 }
 _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
 _TAG_VALUE_UNSAFE = re.compile(r"[.:|]")
@@ -118,6 +128,7 @@ class StatsdSink:
         flush_interval_s: float = 10.0,
         state: Callable[[], Mapping[str, float]] | None = None,
         send: Callable[[bytes], object] | None = None,
+        domains_not_found: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"statsd flavor must be one of {FLAVORS}")
@@ -126,6 +137,7 @@ class StatsdSink:
         self._tcp = protocol == "tcp"
         self._address = (host, port)
         self._state = state
+        self._domains_not_found = domains_not_found
         self._send = send
         self._socket: socket.socket | None = None
         self._suffix, self._tag_name = _tag_forms(flavor, dict(tags or {}))
@@ -193,12 +205,22 @@ class StatsdSink:
                     self._state_seen[source] = value
                     if increase > 0:
                         counters[target] = counters.get(target, 0) + int(increase)
+            gauges = {
+                to: values[source] for source, to in _STATE_GAUGES.items() if source in values
+            }
+        else:
+            gauges = {}
+        if self._domains_not_found is not None:
+            for domain, n in self._domains_not_found().items():
+                key = _RATE_LIMIT + sanitize(domain) + ".domain_not_found"
+                counters[key] = counters.get(key, 0) + n
         requests, self._requests = self._requests, 0
         times, self._times_ms = self._times_ms, []
         if requests:
             counters[_SERVER + "total_requests"] = requests
         name, suffix = self._tag_name, self._suffix
         out = [f"{name(key)}:{value}|c{suffix}" for key, value in counters.items()]
+        out.extend(f"{name(key)}:{int(value)}|g{suffix}" for key, value in gauges.items())
         if times:
             timer = name(_SERVER + "response_time")
             rate = "" if requests <= len(times) else f"|@{len(times) / requests:.6g}"
@@ -283,13 +305,16 @@ def _values(usage: RuleUsage) -> list[int]:
     # An operator's block (Sluice only) is a refusal: over_limit to upstream's names.
     allowed, over, shadow = c[ALLOWED], c[OVER_LIMIT] + c[BLOCKED], c[SHADOW_OVER]
     # Upstream counts a hit in total_hits before asking Redis, so a failed one too; a shadow
-    # rule's refusal is over_limit as well as shadow_mode.
+    # rule's refusal is over_limit as well as shadow_mode. Of a refused hit that crossed the
+    # limit, only the part past it is over_limit (and shadow_mode); its part in the near
+    # range is near_limit, and the rest of it is in total_hits alone, as upstream counts.
+    below, shadow_below = usage.below_limit, usage.shadow_below_limit
     return [
         allowed + over + shadow + c[BACKEND_ERROR],
-        over + shadow,
+        over + shadow - below - shadow_below,
         c[NEAR_LIMIT],
         allowed,
-        shadow,
+        shadow - shadow_below,
         usage.local_refusals,
     ]
 

@@ -27,6 +27,7 @@ __all__ = [
     "NOT_HONOURED",
     "Honoured",
     "NotHonoured",
+    "UPSTREAM_DEFAULTS",
     "go_duration_ms",
     "not_honoured",
     "upstream_value",
@@ -355,6 +356,14 @@ HONOURED: tuple[Honoured, ...] = (
     Honoured("statsd_tags", ("EXTRA_TAGS",), _text("EXTRA_TAGS")),
     Honoured("statsd_flush_interval_s", ("STATS_FLUSH_INTERVAL",), _statsd_flush_interval_s),
 )
+
+# Settings whose default upstream does not share, and which change what a server set up from
+# upstream's variables does: upstream's default, and why, for a server whose Redis is
+# upstream's (REDIS_URL, ...) when neither Sluice's names nor upstream's variable give it.
+UPSTREAM_DEFAULTS: dict[str, tuple[Any, str]] = {
+    # Sluice's own default is on; upstream's cache is off unless given a size.
+    "local_cache": (False, "LOCAL_CACHE_SIZE_IN_BYTES unset: upstream's local cache is off"),
+}
 
 _XDS = "xDS configuration is not supported: publish with sluice import or the write API"
 _PER_SECOND = "not needed: one Redis (REDIS_URL) holds every limit"

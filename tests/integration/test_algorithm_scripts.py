@@ -47,6 +47,15 @@ OLD_SCRIPT_SOURCE = (Path(__file__).parent / "lua" / "apply_before_cells.lua").r
 OLD_FIXED_WINDOW_SOURCE = (Path(__file__).parent / "lua" / "apply_before_lean.lua").read_text()
 
 
+def decode_old(raw: list, hits: list[Hit]) -> list[tuple[Outcome, ...]]:
+    """An old script's reply, five values per limit (before below_limit), as this version's:
+    each instance reads its own script's replies; what the versions share is the state."""
+    six = []
+    for i in range(0, len(raw), 5):
+        six += [*raw[i : i + 5], 0]
+    return decode_result(six, hits)
+
+
 class Harness:
     """A private event loop and client, so synchronous hypothesis tests can await."""
 
@@ -110,7 +119,14 @@ def _keys(prefix: str, hits: list[Hit]) -> list[str]:
 def _exact(outcomes: list[tuple[Outcome, ...]]) -> list[tuple[tuple, ...]]:
     return [
         tuple(
-            (o.allowed, o.remaining, float(o.reset_s).hex(), float(o.delay_s).hex(), o.fits)
+            (
+                o.allowed,
+                o.remaining,
+                float(o.reset_s).hex(),
+                float(o.delay_s).hex(),
+                o.fits,
+                o.below_limit,
+            )
             for o in per_hit
         )
         for per_hit in outcomes
@@ -346,7 +362,7 @@ def test_a_rolling_upgrade_never_over_admits(harness: Harness, algorithm: str) -
         if script is new:
             return harness.run(new([key] * len(hits), hits, t))
         raw = harness.run(old(keys=[key] * len(hits), args=encode_args(hits, t)))
-        return decode_result(raw, hits)
+        return decode_old(raw, hits)
 
     t0 = 1_764_000_000.123
     for rate in range(1, 101):
@@ -401,7 +417,7 @@ def test_fixed_window_state_is_shared_with_the_previous_script(harness: Harness)
         t = 1_764_000_000.5 + i  # one window: [1_763_999_980, +60)
         if i % 2:
             raw = harness.run(old(keys=[key], args=encode_args(hits, t)))
-            ((outcome,),) = decode_result(raw, hits)
+            ((outcome,),) = decode_old(raw, hits)
         else:
             ((outcome,),) = harness.run(harness.script([key], hits, t))
         allowed.append(outcome.allowed)

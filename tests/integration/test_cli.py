@@ -139,6 +139,19 @@ def test_settings_come_from_flags_then_environment_and_hide_secrets() -> None:
     assert "hunter2" not in result.stdout and "sluice:***@db:5432" in result.stdout
 
 
+def test_settings_show_the_local_cache_following_upstream_where_redis_is_upstreams() -> None:
+    upstream = {"REDIS_URL": "127.0.0.1:6379", "PATH": "/usr/bin:/bin"}
+    shown = json.loads(run_sluice(["settings"], env=upstream).stdout)
+    assert shown["local_cache"] == {
+        "value": False,
+        "source": "upstream default (LOCAL_CACHE_SIZE_IN_BYTES unset: upstream's local cache "
+        "is off)",
+    }
+    sluice = {"SLUICE_REDIS_URL": "redis://127.0.0.1:6379/0", "PATH": "/usr/bin:/bin"}
+    shown = json.loads(run_sluice(["settings"], env=sluice).stdout)
+    assert shown["local_cache"] == {"value": True, "source": "default"}
+
+
 def test_a_bad_setting_names_its_source() -> None:
     result = run_sluice(["settings"], env={"SLUICE_GRPC_PORT": "eighty", "PATH": "/usr/bin:/bin"})
     assert (result.returncode, result.stderr) == (

@@ -3,24 +3,33 @@
 
 The first test runs the real Go server (the binary ``bench/run.py`` also measures, built as
 ``/work/shared/anchors/envoyproxy-ratelimit/README.md`` says; ``SLUICE_TEST_UPSTREAM_BINARY``
-names another) against a private Redis; the second writes upstream's keys with upstream's
-own commands (INCRBY, EXPIRE) for names the Go test does not reach.
+names another) against a private Redis; the others write upstream's keys with upstream's
+own commands (INCRBY, EXPIRE): for names the Go test does not reach, and on Redis Cluster and
+Sentinel, where upstream's keys lie on other nodes than Sluice's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import itertools
 import os
 import subprocess
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
 import pytest
+from redis.crc import key_slot
 
 from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from sluice.backends.redis.connect import connect
+from tests.integration.redis_support import data_nodes, scan_keys
+from tests.integration.test_upstream_env import upstream_redis_env
 from tests.support.processes import free_port, run_sluice, sluice_serve, stop_process, wait_until
 from tests.support.redis_servers import RedisProcess
 
@@ -184,3 +193,72 @@ def test_migrating_adds_to_counts_sluice_made_meanwhile_and_leaves_the_rest(
         ]
         assert decide(server.grpc_target, ("user", "dave")) == OK
     assert redis.exists(f"rl_rl_nobody_x_{window}") == 1  # left where it was
+
+
+async def upstream_hits(url: str, hits: list[tuple[str, int]]) -> None:
+    """What upstream's Redis cache does per hit, for each (key, hits_addend)."""
+    client = connect(url, timeout_s=5)
+    try:
+        for name, n in hits:
+            await client.incrby(name, n)
+            await client.expire(name, DAY_S)
+    finally:
+        await client.aclose()
+
+
+async def existing(url: str, names: list[str]) -> list[str]:
+    client = connect(url, timeout_s=5)
+    try:
+        return [name for name in names if await client.exists(name)]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["cluster", "sentinel"])
+def test_counters_upstream_wrote_on_cluster_and_sentinel_are_honoured_after_the_switch(
+    tmp_path: Path, topology: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"redis_{topology}")
+    # The fixture's Redis is shared by the session: this test's keys under a prefix of its own.
+    prefix = f"mc{uuid.uuid4().hex[:8]}_"
+    env = {
+        **runtime(tmp_path),
+        **upstream_redis_env(url),
+        "REDIS_SOCKET_TYPE": "tcp",
+        "CACHE_KEY_PREFIX": prefix,
+    }
+    not_at_a_day_boundary()
+    window = int(time.time()) // DAY_S * DAY_S
+    # Upstream's keys have no hash tags: names alike fall in slots alike (CRC16), so the users
+    # are picked two per master's slots (the Cluster fixture's: redis-cli's even split).
+    per_master: list[list[str]] = [[], [], []]
+    for i in itertools.count():
+        slot = key_slot(f"{prefix}rl_user_u{i}_{window}".encode())
+        same = per_master[bisect.bisect([5461, 10923], slot)]
+        if len(same) < 2:
+            same.append(f"u{i}")
+        if all(len(users) == 2 for users in per_master):
+            break
+    users = [user for users in per_master for user in users]
+    keys = [f"{prefix}rl_user_{user}_{window}" for user in users]
+    nested = f"{prefix}rl_tenant_acme_corp_route_/a_b_{window}"
+    asyncio.run(upstream_hits(url, [*((key, 2) for key in keys), (nested, 2)]))
+    if topology == "cluster":  # on every master: a scan of one would miss some
+        placed = scan_keys(data_nodes(url), f"{prefix}*")
+        where = [(node.connection_pool.connection_kwargs["port"], key) for node, key in placed]
+        assert len(where) == 7 and len({port for port, _ in where}) == 3, where
+
+    moved = run_sluice(["migrate-counters"], env={"PATH": "/usr/bin:/bin", **env}, cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout == "moved 7 counters (14 hits); skipped: none\n"
+    assert asyncio.run(existing(url, [*keys, nested])) == []  # moved, not copied
+
+    with sluice_serve(tmp_path, upstream_only=True, env=env) as server:
+        target = server.grpc_target
+        # 2 of 3 a day used on upstream: one more, then refused. No limit started again.
+        for user in users:
+            assert [decide(target, ("user", user)) for _ in range(2)] == [OK, OVER_LIMIT]
+        assert decide(target, ("user", "fresh")) == OK
+        # 2 of 2 used on upstream: refused at once.
+        assert decide(target, ("tenant", "acme_corp"), ("route", "/a_b")) == OVER_LIMIT

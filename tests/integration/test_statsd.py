@@ -47,6 +47,16 @@ class StatsdListener:
                 sums[name] += int(value)
         return sums
 
+    def gauges(self) -> dict[str, int]:
+        """Each gauge's last value received so far."""
+        last: dict[str, int] = {}
+        for line in self.receive():
+            name, _, rest = line.partition(":")
+            value, _, kind = rest.partition("|")
+            if kind.startswith("g"):
+                last[name] = int(value)
+        return last
+
 
 class TcpStatsdListener(StatsdListener):
     """The same over TCP (statsd_exporter's other listener): newline-terminated lines on
@@ -118,13 +128,16 @@ def test_upstream_statsd_names_from_a_server_started_with_upstreams_variables(
         f"{path}.total_hits{tag}": 4,
         f"{path}.within_limit{tag}": 2,
         f"{path}.near_limit{tag}": 1,  # 2 of 2 used: past NEAR_LIMIT_RATIO's 0.8
+        # Refused by Redis both times: upstream's local cache is off unless given a size.
         f"{path}.over_limit{tag}": 2,
-        f"{path}.over_limit_with_local_cache{tag}": 1,  # the 4th: Redis not asked
         f"{prefix}foo.total_hits{tag}": 2,
         f"{prefix}foo.within_limit{tag}": 1,
         f"{prefix}foo.near_limit{tag}": 1,
         f"{prefix}foo.over_limit{tag}": 1,
     }
+    # The decisions' one Redis connection, as upstream's pool gauge and counter.
+    assert listener.gauges()[f"ratelimit.redis_pool.cx_active{tag}"] == 1
+    assert counters[f"ratelimit.redis_pool.cx_total{tag}"] == 1
     assert counters[f"ratelimit_server.ShouldRateLimit.total_requests{tag}"] == 6
     assert counters[f"ratelimit.service.config_load_success{tag}"] >= 1
     timers = [line for line in listener.lines if "|ms" in line]

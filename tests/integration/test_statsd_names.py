@@ -3,10 +3,11 @@ sequence of requests: the real Go binary (as tests/integration/test_migrate_coun
 it) and ``sluice serve`` each send statsd to a UDP listener of the test, and the
 ``ratelimit.service.rate_limit.*`` counters they send must be the same names with the same
 values (detailed_metric, value_to_metric, share_threshold, wildcards, client limits,
-unlimited rules, hits over the limit)."""
+unlimited rules, hits over the limit, hits that cross it, in shadow mode too)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +39,26 @@ CALLS: list[tuple[Entries, int, int]] = [
     ((("ten", "t"),), 2, 0),
     ((("ten", "t"),), 1, 0),
     ((("ten", "t"),), 1, 0),
+    # Hits that cross the limit of 10: only their part past it is over_limit, their part
+    # past 8 near_limit, the rest in total_hits alone. 5, then 7 (5 + 7 = 12): 2 over,
+    # 2 near; the same 7 again: refused by the local cache, all 7 over.
+    ((("ten", "x"),), 5, 0),
+    ((("ten", "x"),), 7, 0),
+    ((("ten", "x"),), 7, 0),
+    # 9 (1 near), then 3 (9 + 3 = 12): 2 over, 1 near.
+    ((("ten", "y"),), 9, 0),
+    ((("ten", "y"),), 3, 0),
+    # 15 at once, which can never fit: 5 over, 2 near.
+    ((("ten", "z"),), 15, 0),
+    # In shadow mode: 2 over_limit and shadow_mode, 2 near.
+    ((("tenshadow", "a"),), 5, 0),
+    ((("tenshadow", "a"),), 7, 0),
 ]
+
+
+# Requests to a domain no config has, with this many descriptors each (upstream counts
+# <domain>.domain_not_found per descriptor looked up).
+UNKNOWN_DOMAIN_CALLS = [("nowhere", 2), ("nowhere", 1), ("else.where", 1)]
 
 
 def send(target: str, calls: list[tuple[Entries, int, int]]) -> None:
@@ -53,6 +73,20 @@ def send(target: str, calls: list[tuple[Entries, int, int]]) -> None:
                 descriptor.limit.requests_per_unit = override
                 descriptor.limit.unit = rls_pb2.RateLimitResponse.RateLimit.MINUTE
             stub.ShouldRateLimit(request, timeout=10)
+        for domain, descriptors in UNKNOWN_DOMAIN_CALLS:
+            request = rls_pb2.RateLimitRequest(domain=domain)
+            for i in range(descriptors):
+                request.descriptors.add().entries.add(key="k", value=str(i))
+            stub.ShouldRateLimit(request, timeout=10)
+
+
+def pool_metrics(listener: StatsdListener) -> set[tuple[str, str]]:
+    """The names and types (c, g) of the ``ratelimit.redis_pool.*`` metrics received."""
+    return {
+        (name, rest.partition("|")[2][:1])
+        for name, _, rest in (line.partition(":") for line in listener.receive())
+        if name.startswith("ratelimit.redis_pool.")
+    }
 
 
 def rate_limit_counters(listener: StatsdListener) -> Counter[str]:
@@ -65,11 +99,21 @@ def hits(counters: Counter[str]) -> int:
     return sum(n for name, n in counters.items() if name.endswith(".total_hits"))
 
 
-def collect(run: Callable[[StatsdListener], None]) -> Counter[str]:
-    """What one server sent for CALLS: waited for until every counted hit has arrived."""
+def arrived(listener: StatsdListener) -> bool:
+    """Every counted hit and every descriptor of an unknown domain."""
+    counters = rate_limit_counters(listener)
+    unknown = sum(n for name, n in counters.items() if name.endswith(".domain_not_found"))
+    return hits(counters) >= COUNTED_HITS and unknown >= UNKNOWN_DESCRIPTORS
+
+
+def collect(run: Callable[[StatsdListener], None]) -> tuple[Counter[str], set[tuple[str, str]]]:
+    """What one server sent for CALLS, waited for until every counted hit has arrived: the
+    rate-limit counters, and the Redis pool's metrics' names and types."""
+    # The limits count per minute: CALLS must not straddle the start of one (a reset).
+    wait_until(lambda: 60 - time.time() % 60 > 10, 15, "ten seconds clear of a minute's end")
     listener = StatsdListener()
     run(listener)
-    return rate_limit_counters(listener)
+    return rate_limit_counters(listener), pool_metrics(listener)
 
 
 def statsd_env(listener: StatsdListener) -> dict[str, str]:
@@ -104,6 +148,7 @@ def runtime(tmp_path: Path, redis: RedisProcess) -> dict[str, str]:
 COUNTED_HITS = sum(
     max(1, addend) for entries, addend, _ in CALLS if entries[0][0] not in ("unl", "unldet")
 )
+UNKNOWN_DESCRIPTORS = sum(n for _, n in UNKNOWN_DOMAIN_CALLS)
 
 
 @pytest.mark.slow
@@ -116,7 +161,7 @@ def test_statsd_counters_are_those_envoyproxy_ratelimit_sends(
         with go_ratelimit(tmp_path, {**env, **statsd_env(listener)}) as target:
             send(target, CALLS)
             wait_until(
-                lambda: hits(rate_limit_counters(listener)) >= COUNTED_HITS,
+                lambda: arrived(listener),
                 timeout_s=10,
                 what="envoyproxy/ratelimit's counters",
             )
@@ -127,11 +172,26 @@ def test_statsd_counters_are_those_envoyproxy_ratelimit_sends(
         ) as server:
             send(server.grpc_target, CALLS)
             wait_until(
-                lambda: hits(rate_limit_counters(listener)) >= COUNTED_HITS,
+                lambda: arrived(listener),
                 timeout_s=10,
                 what="Sluice's counters",
             )
 
-    theirs = collect(upstream)
-    assert {name.rsplit(".", 1)[0] for name in theirs} == UPSTREAM_NAMES
-    assert collect(sluice) == theirs
+    theirs, their_pool = collect(upstream)
+    assert {name.rsplit(".", 1)[0] for name in theirs} == UPSTREAM_NAMES | {
+        "d.tenshadow",
+        "nowhere",
+        "else.where",
+    }
+    assert theirs["nowhere.domain_not_found"] == 3
+    # t: 1 + 6 + 2 + 1 + 1 = 11, the last one over; x: 5 + 7 = 12 of 10, 2 over, then 7 more
+    # (the local cache), 7 over; y: 9 + 3, 2 over; z: 15, 5 over. Never a crossing hit whole.
+    assert theirs["d.ten.over_limit"] == 1 + 2 + 7 + 2 + 5
+    assert theirs["d.tenshadow.shadow_mode"] == 2
+    ours, our_pool = collect(sluice)
+    assert ours == theirs
+    # The pool's figures differ (upstream opens REDIS_POOL_SIZE connections, Sluice one, which
+    # carries every call), not their names and types (cx_local_close: none was closed).
+    pool = "ratelimit.redis_pool."
+    assert their_pool == {(pool + "cx_active", "g"), (pool + "cx_total", "c")}
+    assert our_pool == their_pool

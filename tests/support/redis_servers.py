@@ -122,14 +122,7 @@ def redis_cluster(root: Path) -> Iterator[str]:
     nodes = []
     try:
         for n in range(3):
-            port = free_port()
-            args = [
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", f"nodes-{port}.conf",
-                "--cluster-port", str(free_port()),
-                "--cluster-node-timeout", "2000",
-            ]  # fmt: skip
-            nodes.append(RedisProcess(root / f"node{n}", port, args).start())
+            nodes.append(_cluster_node(root / f"node{n}"))
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         subprocess.run(
             [redis_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-yes"],
@@ -150,6 +143,26 @@ def redis_cluster(root: Path) -> Iterator[str]:
     finally:
         for node in nodes:
             node.kill()
+
+
+def _cluster_node(workdir: Path, attempts: int = 5) -> RedisProcess:
+    """One Cluster node on two free ports (clients', the cluster bus's). A port found free can
+    be taken before redis-server binds it (other processes on the machine pick free ports
+    too): then it is tried again on two others."""
+    for attempt in range(attempts):
+        port = free_port()
+        args = [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", f"nodes-{port}.conf",
+            "--cluster-port", str(free_port()),
+            "--cluster-node-timeout", "2000",
+        ]  # fmt: skip
+        try:
+            return RedisProcess(workdir / str(attempt), port, args).start()
+        except pytest.fail.Exception as exc:
+            if "Address already in use" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

@@ -68,6 +68,9 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 2}
   - key: ten
     rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: tenshadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
   - key: unl
     rate_limit: {unlimited: true}
   - key: unldet
@@ -295,3 +298,98 @@ def test_a_tcp_statsd_that_is_not_there_costs_a_failure_not_a_crash() -> None:
     sink.observe_request(0.001)
     sink.flush()
     assert sink.send_failures == 1
+
+
+CROSSING_CONFIG = """\
+domain: c
+descriptors:
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+"""
+
+
+def crossing_counters(calls: list[tuple[str, int]]) -> dict[str, int]:
+    """The rate-limit counters statsd sends for hits of (key, hits_addend) on one counter per
+    key, in a fixed window of 10 a minute (near the limit past 8)."""
+    snapshot = Snapshot(load_text(CROSSING_CONFIG))
+    recorder = UsageRecorder(named=True)
+    limiter = RateLimiter(lambda: snapshot, MemoryBackend(), ManualClock(60.0), recorder=recorder)
+    for key, cost in calls:
+        request = RateLimitRequest("c", (Descriptor(((key, "v"),)),), hits_addend=cost)
+        asyncio.run(limiter.should_rate_limit(request))
+    sink = StatsdSink("h", 1)
+    sink.add_usage(recorder.drain(), recorder.drain_named())
+    return names_sent(sink.lines())
+
+
+@pytest.mark.parametrize(
+    ("calls", "expected"),
+    [
+        # 5 + 7 = 12: 2 past the limit over it, 2 past 8 near it, 3 in total_hits alone.
+        ([("ten", 5), ("ten", 7)], {"total_hits": 12, "within_limit": 5, "near_limit": 2,
+                                    "over_limit": 2}),
+        # 9 (1 near), then 9 + 3 = 12: 2 over, the 10th near.
+        ([("ten", 9), ("ten", 3)], {"total_hits": 12, "within_limit": 9, "near_limit": 2,
+                                    "over_limit": 2}),
+        # 15 at once, which never fits: 5 over, 2 near.
+        ([("ten", 15)], {"total_hits": 15, "near_limit": 2, "over_limit": 5}),
+        # Over already: the whole hit is over.
+        ([("ten", 10), ("ten", 2), ("ten", 2)], {"total_hits": 14, "within_limit": 10,
+                                                 "near_limit": 2, "over_limit": 4}),
+        # Exactly to the limit: nothing over.
+        ([("ten", 6), ("ten", 4)], {"total_hits": 10, "within_limit": 10, "near_limit": 2}),
+    ],
+)  # fmt: skip
+def test_a_hit_crossing_the_limit_counts_over_only_its_part_past_it(
+    calls: list[tuple[str, int]], expected: dict[str, int]
+) -> None:
+    assert crossing_counters(calls) == {f"c.ten.{k}": v for k, v in expected.items()}
+
+
+def test_a_shadow_mode_hit_crossing_the_limit_is_shadow_mode_only_past_it() -> None:
+    assert crossing_counters([("shadow", 5), ("shadow", 7)]) == {
+        "c.shadow.total_hits": 12,
+        "c.shadow.within_limit": 5,
+        "c.shadow.near_limit": 2,
+        "c.shadow.over_limit": 2,
+        "c.shadow.shadow_mode": 2,
+    }
+
+
+def test_descriptors_of_unknown_domains_are_domain_not_found_per_domain() -> None:
+    snapshot = Snapshot(load_text(CROSSING_CONFIG))
+    recorder = UsageRecorder(named=True)
+    limiter = RateLimiter(lambda: snapshot, MemoryBackend(), ManualClock(60.0), recorder=recorder)
+    requests = [
+        RateLimitRequest("nowhere", (Descriptor((("k", "a"),)), Descriptor((("k", "b"),)))),
+        RateLimitRequest("a:b", (Descriptor((("k", "a"),)),)),
+        RateLimitRequest("c", (Descriptor((("unknown", "a"),)),)),  # a known domain: not counted
+    ]
+    for request in requests:
+        asyncio.run(limiter.should_rate_limit(request))
+    sink = StatsdSink("h", 1, domains_not_found=recorder.drain_domains_not_found)
+    assert sorted(sink.lines()) == [
+        "ratelimit.service.rate_limit.a_b.domain_not_found:1|c",
+        "ratelimit.service.rate_limit.nowhere.domain_not_found:2|c",
+    ]
+    assert sink.lines() == []  # drained
+    assert UsageRecorder().drain_domains_not_found() == {}  # statsd off: nothing kept
+
+
+def test_the_redis_connection_is_upstreams_pool_gauge_and_counters() -> None:
+    state = {"redis_connections": 1.0, "redis_connections_opened": 1.0}
+    state.update(redis_connections_closed=0.0)
+    sink = StatsdSink("h", 1, state=lambda: state, tags={"env": "t"})
+    assert sorted(sink.lines()) == [
+        "ratelimit.redis_pool.cx_active.__env=t:1|g",
+        "ratelimit.redis_pool.cx_total.__env=t:1|c",
+    ]
+    state.update(redis_connections_opened=3.0, redis_connections_closed=2.0)
+    assert sorted(sink.lines()) == [
+        "ratelimit.redis_pool.cx_active.__env=t:1|g",  # a gauge: sent at every flush
+        "ratelimit.redis_pool.cx_local_close.__env=t:2|c",
+        "ratelimit.redis_pool.cx_total.__env=t:2|c",
+    ]

@@ -252,6 +252,31 @@ def test_sluice_names_win(argv: tuple, environ: dict, setting: str, value: Any) 
     assert getattr(from_arguments(parse(*argv), environ), setting) == value
 
 
+@pytest.mark.parametrize(
+    ("argv", "environ", "value", "source"),
+    [
+        # Redis set up as upstream's: its local cache is off unless given a size.
+        ((), {"REDIS_URL": "up:2"}, False, "upstream default (LOCAL_CACHE_SIZE_IN_BYTES unset: "
+         "upstream's local cache is off)"),
+        ((), {"REDIS_URL": "up:2", "LOCAL_CACHE_SIZE_IN_BYTES": "0"}, False,
+         "upstream LOCAL_CACHE_SIZE_IN_BYTES"),
+        ((), {"REDIS_URL": "up:2", "LOCAL_CACHE_SIZE_IN_BYTES": "1024"}, True,
+         "upstream LOCAL_CACHE_SIZE_IN_BYTES"),
+        # Sluice's own names keep Sluice's meaning, and its default where Redis is its own.
+        ((), {"REDIS_URL": "up:2", "SLUICE_LOCAL_CACHE": "true"}, True, "SLUICE_LOCAL_CACHE"),
+        (("--local-cache",), {"REDIS_URL": "up:2"}, True, "--local-cache"),
+        ((), {"SLUICE_REDIS_URL": "redis://mine:1/0"}, True, "default"),
+        ((), {"SLUICE_REDIS_URL": "redis://mine:1/0", "REDIS_URL": "up:2"}, True, "default"),
+        ((), {"LOG_LEVEL": "warn"}, True, "default"),
+    ],
+)  # fmt: skip
+def test_the_local_cache_defaults_as_upstream_where_redis_is_set_up_as_upstream(
+    argv: tuple, environ: dict, value: bool, source: str
+) -> None:
+    settings, sources = resolve(parse(*argv), environ)
+    assert (settings.local_cache, sources["local_cache"]) == (value, source)
+
+
 def test_a_sluice_secret_file_beats_upstream(tmp_path: Path) -> None:
     url = tmp_path / "url"
     url.write_text("redis://from-file:1/0\n")

@@ -32,6 +32,10 @@ class Outcome:
     delay_s: float = 0.0  # leaky_bucket: how long the admitted hit must wait for its turn
     fits: bool = True  # False: the cost can never be admitted (cost > limit or burst)
     local: bool = False  # a refusal answered by the local over-limit cache, not the backend
+    # A refused hit of an algorithm that counts refused hits (fixed windows): the part of its
+    # cost that still fell within the limit (the window held less than the limit before it).
+    # envoyproxy/ratelimit's statistics count only the rest as over the limit.
+    below_limit: int = 0
 
 
 # (state or None, limit, now, cost) -> (new state, outcome); a refused hit returns the old

@@ -2,9 +2,12 @@
 
 Windows are aligned to the Unix epoch on whole seconds, and every hit is counted, refused
 ones included (Redis ``INCRBY`` semantics), so a client that keeps hammering stays limited.
-``reset_s`` is the exact rest of the window: the over-limit cache refuses until then, so it
-must not be late. The limiter reports it rounded up to whole seconds, which is exactly what
-envoyproxy/ratelimit reports (``unit - now % unit`` on whole-second ``now``).
+A refused hit reports in ``below_limit`` the part of its cost that still fell within the
+limit (a hit of 5 on a window at 8 of 10: 2), which envoyproxy/ratelimit's statistics do not
+count as over the limit. ``reset_s`` is the exact rest of the window: the over-limit cache
+refuses until then, so it must not be late. The limiter reports it rounded up to whole
+seconds, which is exactly what envoyproxy/ratelimit reports (``unit - now % unit`` on
+whole-second ``now``).
 
 With ``limit.calendar`` the window is the calendar window holding ``now`` instead
 (``sluice.algorithms.calendar``), and the reset counts to its end.
@@ -40,10 +43,15 @@ def step(
         start, end = bounds[i], bounds[i + 1]
     count = state.count if state is not None and state.window_start_s == start else 0
     count += cost
-    allowed = count <= limit.requests_per_unit
-    remaining = limit.requests_per_unit - count if allowed else 0
-    fits = cost <= limit.requests_per_unit
-    return WindowState(start, count), Outcome(allowed, remaining, end - now, fits=fits)
+    requests_per_unit = limit.requests_per_unit
+    fits = cost <= requests_per_unit
+    if count <= requests_per_unit:
+        outcome = Outcome(True, requests_per_unit - count, end - now, fits=fits)
+        return WindowState(start, count), outcome
+    # Refused, and counted: the part of the hit up to the limit, if the window was below it.
+    below = requests_per_unit - (count - cost)
+    outcome = Outcome(False, 0, end - now, fits=fits, below_limit=below if below > 0 else 0)
+    return WindowState(start, count), outcome
 
 
 def expires_at(state: WindowState, limit: Limit) -> float:

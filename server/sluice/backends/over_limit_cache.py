@@ -120,8 +120,9 @@ class OverLimitCache:
                     self._refusals.pop(key, None)
                 continue
             # Marked as this cache's answers, which the statistics count apart (upstream's
-            # over_limit_with_local_cache).
-            local = tuple(replace(o, local=True) for o in per_limit)
+            # over_limit_with_local_cache), and wholly over the limit: none of a hit answered
+            # here is counted by a window, let alone below its limit.
+            local = tuple(replace(o, local=True, below_limit=0) for o in per_limit)
             self._refusals[key] = _Refusal(now, now + wait, hit.cost, local)
             self._refusals.move_to_end(key)
             if len(self._refusals) > self.max_keys:

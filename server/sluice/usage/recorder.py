@@ -32,6 +32,9 @@ MAX_RECORDED_COST = 2**32
 
 # Distinct limits whose near-limit threshold is remembered (clients' own limits can be many).
 MAX_THRESHOLDS = 4096
+# Distinct unknown domains counted between two drains (clients name them: past this many, the
+# others are not counted until the next drain).
+MAX_UNKNOWN_DOMAINS = 1024
 
 # Distinct counters counted per rule between two drains (a second): enough for every key of a
 # busy rule, a bound for a flood of made-up values. Hits of keys past it are in the rule's
@@ -55,6 +58,10 @@ class RuleUsage:
     counts: list[int] = field(default_factory=lambda: [0] * len(COUNTER_NAMES))
     offenders: SpaceSaving | None = None  # over-limit keys (concrete descriptor values)
     local_refusals: int = 0  # of the over-limit hits, those the local cache refused
+    # Of the over_limit and of the shadow_over_limit hits, the parts that fell within the limit
+    # (a fixed window's hit that crossed it): not over it in upstream's statistics.
+    below_limit: int = 0
+    shadow_below_limit: int = 0
     # Hits per counter (its key tuple: domain, key, value, …), admitted and refused alike: what
     # the what-if replays per key. Summarised off the request path (usage/key_summary.py).
     keys: dict[tuple[str, ...], int] = field(default_factory=dict)
@@ -79,6 +86,7 @@ class UsageRecorder:
         self._rules: dict[str, RuleUsage] = {}
         self._named: dict[tuple[str, str], RuleUsage] = {}
         self._thresholds: dict[int, int] = {}
+        self._domains_not_found: dict[str, int] = {}
 
     def record(
         self,
@@ -89,11 +97,13 @@ class UsageRecorder:
         offender: str | None = None,
         near: int = 0,
         local: bool = False,
+        below_limit: int = 0,
         key: tuple[str, ...] | None = None,
     ) -> None:
-        """``near``: how many of the hits were near the limit (``near_hits``). ``key``: the
-        counter the hits went to, counted per key (one dict increment: the only per-key work
-        on the request path)."""
+        """``near``: how many of the hits were near the limit (``near_hits``,
+        ``near_hits_below``); ``below_limit``: of a refused hit, how many fell within the limit
+        (``Outcome.below_limit``). ``key``: the counter the hits went to, counted per key (one
+        dict increment: the only per-key work on the request path)."""
         usage = self._rules.get(rule_id)
         if usage is None:
             usage = self._rules[rule_id] = RuleUsage()
@@ -111,6 +121,8 @@ class UsageRecorder:
             usage.counts[NEAR_LIMIT] += min(near, cost)
         if local:
             usage.local_refusals += cost
+        if below_limit:
+            _add_below(usage, kind, min(below_limit, cost))
         if offender is not None:
             if usage.offenders is None:
                 usage.offenders = SpaceSaving(self.top_keys)
@@ -125,6 +137,7 @@ class UsageRecorder:
         cost: int = 1,
         near: int = 0,
         local: bool = False,
+        below_limit: int = 0,
     ) -> None:
         """The hit just ``record``ed under ``rule_id``, as statsd is to name it: ``name``
         (request values in it), or nothing at all for ``""``. Kept apart from the rules' own
@@ -141,6 +154,24 @@ class UsageRecorder:
             usage.counts[NEAR_LIMIT] += min(near, cost)
         if local:
             usage.local_refusals += cost
+        if below_limit:
+            _add_below(usage, kind, min(below_limit, cost))
+
+    def domain_not_found(self, domain: str) -> None:
+        """A descriptor of a domain no policy has, for statsd (upstream's
+        ``<domain>.domain_not_found``); with ``named`` off, a no-op."""
+        if not self.named:
+            return
+        counts = self._domains_not_found
+        if domain in counts:
+            counts[domain] += 1
+        elif len(counts) < MAX_UNKNOWN_DOMAINS:
+            counts[domain] = 1
+
+    def drain_domains_not_found(self) -> dict[str, int]:
+        """What ``domain_not_found`` counted since the last call, by domain."""
+        drained, self._domains_not_found = self._domains_not_found, {}
+        return drained
 
     def near_hits(self, requests_per_unit: int, remaining: int, cost: int) -> int:
         """Of an admitted hit of ``cost`` that left ``remaining``, how many hits are near the
@@ -152,15 +183,27 @@ class UsageRecorder:
         # differs from this float64 estimate by less than a millionth of it).
         if after < requests_per_unit * self.near_limit_ratio * 0.999999 - 1:
             return 0
+        threshold = self._threshold(requests_per_unit)
+        if after <= threshold:
+            return 0
+        return cost if after - cost >= threshold else after - threshold
+
+    def near_hits_below(self, requests_per_unit: int, below_limit: int) -> int:
+        """Of a refused hit whose ``below_limit`` hits fell within the limit (the rest past
+        it), how many are near the limit, as envoyproxy/ratelimit counts them: those of its
+        part within the limit that are past the threshold."""
+        if below_limit <= 0:
+            return 0
+        return min(below_limit, requests_per_unit - self._threshold(requests_per_unit))
+
+    def _threshold(self, requests_per_unit: int) -> int:
         threshold = self._thresholds.get(requests_per_unit)
         if threshold is None:
             if len(self._thresholds) >= MAX_THRESHOLDS:
                 self._thresholds.clear()
             threshold = near_threshold(requests_per_unit, self.near_limit_ratio)
             self._thresholds[requests_per_unit] = threshold
-        if after <= threshold:
-            return 0
-        return cost if after - cost >= threshold else after - threshold
+        return threshold
 
     def drain(self) -> dict[str, RuleUsage]:
         """Everything recorded since the last drain; recording continues into a fresh map."""
@@ -172,6 +215,13 @@ class UsageRecorder:
         ``drain`` in one step of the event loop, so each holds the same hits."""
         drained, self._named = self._named, {}
         return drained
+
+
+def _add_below(usage: RuleUsage, kind: int, below_limit: int) -> None:
+    if kind == SHADOW_OVER:
+        usage.shadow_below_limit += below_limit
+    else:
+        usage.below_limit += below_limit
 
 
 def near_threshold(requests_per_unit: int, ratio: float) -> int:

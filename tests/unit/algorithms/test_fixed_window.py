@@ -28,9 +28,21 @@ def test_cost_zero_checks_without_consuming() -> None:
 
 
 def test_a_cost_larger_than_the_limit_never_fits() -> None:
+    # Counted all the same: its first 3 fill the window up to the limit.
     assert step(None, Limit(3, 1, ALGORITHMS["fixed_window"]), 0.0, 4)[1] == Outcome(
-        False, 0, 1, fits=False
+        False, 0, 1, fits=False, below_limit=3
     )
+
+
+def test_a_refused_hit_says_how_much_of_it_fell_within_the_limit() -> None:
+    ten = Limit(10, 60, ALGORITHMS["fixed_window"])
+    state, outcome = step(WindowState(0, 8), ten, 1.0, 5)  # 8 + 5 = 13: 2 within, 3 past
+    assert (state, outcome) == (WindowState(0, 13), Outcome(False, 0, 59, below_limit=2))
+    state, outcome = step(state, ten, 2.0, 1)  # over already: nothing within
+    assert (state, outcome) == (WindowState(0, 14), Outcome(False, 0, 58))
+    _, outcome = step(WindowState(0, 10), ten, 2.0, 1)  # at the limit: nothing within
+    assert outcome.below_limit == 0
+    assert step(WindowState(0, 4), ten, 2.0, 6)[1] == Outcome(True, 0, 58)  # admitted
 
 
 def test_limit_zero_refuses_everything() -> None:

@@ -63,10 +63,12 @@ def test_admits_and_refuses_exactly_like_the_backend_alone(example) -> None:
                 continue
             [answer], [truth] = got, expected
             # Every field of every limit is the backend's last answer on this counter, its
-            # waits aged by the time since (nothing else happened to the counter meanwhile).
+            # waits aged by the time since (nothing else happened to the counter meanwhile),
+            # and none of it below the limit: a window counts nothing answered here.
             at, remembered = learnt[(hit.counter_key, hit.limits)]
+            assert all(o.below_limit == 0 for o in answer)
             assert [replace(o, reset_s=0.0) for o in answer] == [
-                replace(o, reset_s=0.0, local=True) for o in remembered
+                replace(o, reset_s=0.0, local=True, below_limit=0) for o in remembered
             ]
             for o, r in zip(answer, remembered, strict=True):
                 assert o.reset_s == pytest.approx(max(r.reset_s - (t - at), 0.0), abs=1e-9)

@@ -94,6 +94,17 @@ def test_near_limit_hits_are_those_past_upstreams_threshold() -> None:
     assert recorder.near_hits(0, 0, 0) == 0
 
 
+def test_near_limit_hits_of_a_refused_hit_are_those_of_its_part_within_the_limit() -> None:
+    # envoyproxy/ratelimit: limit - max(threshold, count before the hit), for a hit that
+    # crossed the limit (below_limit = limit - count before).
+    recorder = UsageRecorder(near_limit_ratio=0.8)
+    assert recorder.near_hits_below(10, 5) == 2  # from 5: the 9th and 10th
+    assert recorder.near_hits_below(10, 1) == 1  # from 9: the 10th
+    assert recorder.near_hits_below(10, 10) == 2  # from 0
+    assert recorder.near_hits_below(10, 0) == 0  # over already
+    assert UsageRecorder(near_limit_ratio=1.0).near_hits_below(10, 5) == 0
+
+
 def test_the_threshold_is_computed_in_float32_as_go_does() -> None:
     # float32(0.7) × 10 rounds to 7.0 in float32; in float64 it is 6.9999999…, floor 6.
     assert near_threshold(10, 0.7) == 7

@@ -196,13 +196,21 @@ class RedisBackend:
         return any(b.state != CLOSED for b in breakers)
 
     def metric_values(self) -> dict[str, float]:
-        return {
+        values = {
             "redis_round_trips": self.round_trips,
             "redis_script_calls": self.script_calls,
             "redis_fast_failures": self.fast_failures,
             "redis_late_answers": self.late_answers,
             "redis_circuit_open": float(self.circuit_open),
         }
+        lean = self.lean_connection
+        if lean is not None:
+            # The decisions' connection (statsd: upstream's ratelimit.redis_pool.cx_*).
+            open_now = int(lean.connected)
+            values["redis_connections"] = open_now
+            values["redis_connections_opened"] = lean.connects
+            values["redis_connections_closed"] = lean.connects - open_now
+        return values
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -16,7 +16,8 @@ Calling convention (one call = one atomic decision for a batch of hits):
   (``encode_compact_args``, ``encode_command``).
 * A calendar limit's ``period_s`` is replaced by its calendar boundaries around ``at`` (the
   caller's clock; ``now`` by default), comma-separated (``Calendar.argument``).
-* Reply: five values per limit, in KEYS order: allowed, remaining, reset_s, delay_s, fits.
+* Reply: six values per limit, in KEYS order: allowed, remaining, reset_s, delay_s, fits,
+  below_limit.
 
 Two ways to call it: ``ApplyScript`` through redis-py (Cluster, and anything the lean path
 cannot serve), ``LeanApplyScript`` through ``wire.ScriptConnection`` (standalone and
@@ -48,7 +49,7 @@ __all__ = [
 
 _LUA_DIR = Path(__file__).with_name("lua")
 _PARTS = ("prelude", *ALGORITHMS, "apply")
-_FIELDS = 5  # per limit in the reply
+_FIELDS = 6  # per limit in the reply
 
 SCRIPT_SOURCE: str = "\n".join(
     f"-- {name}.lua\n" + (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8") for name in _PARTS
@@ -96,7 +97,7 @@ def decode_result(raw: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[Outcome
     for hit in hits:
         per_hit = []
         for _ in hit.limits:
-            allowed, remaining, reset_s, delay_s, fits = raw[i : i + _FIELDS]
+            allowed, remaining, reset_s, delay_s, fits, below = raw[i : i + _FIELDS]
             per_hit.append(
                 Outcome(
                     allowed=int(allowed) == 1,
@@ -104,6 +105,7 @@ def decode_result(raw: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[Outcome
                     reset_s=float(reset_s),
                     delay_s=float(delay_s),
                     fits=int(fits) == 1,
+                    below_limit=int(below),
                 )
             )
             i += _FIELDS

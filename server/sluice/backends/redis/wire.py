@@ -192,6 +192,11 @@ class ScriptConnection:
             connect_timeout_s=like.socket_connect_timeout or like.socket_timeout,
         )
 
+    @property
+    def connected(self) -> bool:
+        """A connection is open now (closed ones: ``connects`` less this)."""
+        return self._conn is not None and self._conn.lost is None
+
     async def call(self, numkeys_and_args: bytes, nargs: int) -> Any:
         """EVALSHA with ``numkeys_and_args``: RESP bulk strings for numkeys, the keys and the
         arguments, ``nargs`` of them in all. Loads the script on NOSCRIPT and tries again."""

@@ -7,7 +7,8 @@
 --   per hit: cost, k, and k indexes (1..m) into those limits. Concurrent requests mostly
 --   share a few limits, so a batch sends (and Redis reads and checks) each limit once.
 -- Returns, per limit of every hit in order: allowed (0/1), remaining, reset_s and delay_s
--- (strings, '%.17g': Redis would truncate a non-integer Lua number), fits (0/1).
+-- (strings, '%.17g': Redis would truncate a non-integer Lua number), fits (0/1), below_limit
+-- (a refused hit's part within the limit, for algorithms that count refused hits; else 0).
 --
 -- Lean by design (Redis's CPU per decision is what a shared Redis scales by): the arguments
 -- are checked in one pass into flat arrays (no table per hit or per limit), and a hit with
@@ -116,7 +117,8 @@ local function emit(res)
   out[n + 3] = res.reset == 0 and '0' or fmt(res.reset)
   out[n + 4] = res.delay == 0 and '0' or fmt(res.delay)
   out[n + 5] = res.fits and 1 or 0
-  n = n + 5
+  out[n + 6] = res.below or 0
+  n = n + 6
 end
 
 local i = 1 -- the next limit (and key)

@@ -5,6 +5,7 @@
 -- limits sharing a key in one hit end as in the memory backend. The key's expiry is set when
 -- a window starts in it (the key was missing, or held an older window): later hits in the
 -- window would set the same expiry again (start + P on Redis's clock), so they write only c.
+-- A refused hit reports below: the part of its cost that still fell within the limit.
 -- The reset is exact (the limiter rounds it up to whole seconds on the wire, as
 -- envoyproxy/ratelimit). With calendar boundaries for P, the window is the calendar window
 -- holding now.
@@ -36,6 +37,10 @@ ALGORITHMS['fixed_window'] = function(key, now, L, P, b, cost)
     remaining = L - count
   end
   local commit
+  local below = 0
+  if not allowed and L - (count - cost) > 0 then
+    below = L - (count - cost)
+  end
   if same then
     commit = function()
       redis.call('HSET', key, 'c', int(count))
@@ -46,12 +51,14 @@ ALGORITHMS['fixed_window'] = function(key, now, L, P, b, cost)
       redis.call('PEXPIRE', key, ttl_ms(stop, now))
     end
   end
-  return result(allowed, remaining, stop - now, 0, cost <= L, commit)
+  local res = result(allowed, remaining, stop - now, 0, cost <= L, commit)
+  res.below = below
+  return res
 end
 
 -- The same step and commit in one, for a hit whose only limit is a fixed window (the driver
 -- calls it then: a fixed window commits whether or not it admits, and no other limit of the
--- hit can share its key). No result table and no closure: it writes the reply's five values
+-- hit can share its key). No result table and no closure: it writes the reply's six values
 -- into out at n and returns the new n. Same formulas, same state, same reply.
 FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
   local start, stop = fixed_window_bounds(now, P)
@@ -64,16 +71,21 @@ FIXED_WINDOW_ALONE = function(key, now, L, P, cost, out, n)
     redis.call('HSET', key, 'w', int(start), 'c', int(count))
     redis.call('PEXPIRE', key, ttl_ms(stop, now))
   end
+  local below = 0
   if count <= L then
     out[n + 1] = 1
     out[n + 2] = L - count
   else
     out[n + 1] = 0
     out[n + 2] = 0
+    if L - (count - cost) > 0 then
+      below = L - (count - cost)
+    end
   end
   local reset = stop - now
   out[n + 3] = reset == 0 and '0' or fmt(reset)
   out[n + 4] = '0'
   out[n + 5] = cost <= L and 1 or 0
-  return n + 5
+  out[n + 6] = below
+  return n + 6
 end

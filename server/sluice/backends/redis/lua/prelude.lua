@@ -4,7 +4,8 @@
 -- gives bit-identical results.
 
 -- name -> function(key, now, L, P, b, n) returning a result table:
---   allowed, remaining, reset, delay, fits (booleans / numbers), and commit: nil when the
+--   allowed, remaining, reset, delay, fits (booleans / numbers), below (optional: a refused
+--   hit's part within the limit, Outcome.below_limit), and commit: nil when the
 --   state must not change, else a function writing the new state and its TTL. Algorithms
 --   only read; the driver decides which commits run.
 local ALGORITHMS = {}
