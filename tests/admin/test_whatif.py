@@ -22,6 +22,7 @@ from sluice_admin.whatif import (
     steady,
 )
 from tests.admin._harness import charts, codes, metric, new_app, no_exceptions, open_page, sign_in
+from tests.support.examples import examples
 
 
 def test_fixed_window_admits_the_limit_then_refuses_the_rest_of_the_window() -> None:
@@ -169,7 +170,7 @@ def test_the_unnamed_keys_lie_between_new_keys_and_the_same_keys_throughout() ->
     assert (replay.admitted, replay.rejected, replay.error_bound) == (5, 1, 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     name=st.sampled_from(sorted(ALGORITHMS)),
     requests_per_unit=st.integers(min_value=1, max_value=12),
