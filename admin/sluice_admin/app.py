@@ -1,7 +1,8 @@
 """Entry point of the admin app: the sign-in gate, then navigation over the pages.
 
 Until someone signs in, the only page registered is the sign-in page, so no other page can
-be reached by URL either.
+be reached by URL either. Every run checks the session (session.authenticate): a reload or a
+deep link finds it through the cookie, and a session ended anywhere ends here too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ PAGES = [
 # sidebar come from the font Streamlit serves itself). The app talks to no other host.
 st.set_page_config(page_title="Sluice admin", page_icon="🚦", layout="wide")
 
-user = session.user()
+user = session.authenticate()
 if user is None:
     navigation = st.navigation([st.Page(VIEWS / "sign_in.py", title="Sign in")])
 else:
