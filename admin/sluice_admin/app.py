@@ -30,8 +30,17 @@ PAGES = [
 st.set_page_config(page_title="Sluice admin", page_icon="🚦", layout="wide")
 
 user = session.authenticate()
+session.send_redirect()  # after a sign-in or a sign-out: to set or drop the cookie
 if user is None:
-    navigation = st.navigation([st.Page(VIEWS / "sign_in.py", title="Sign in")])
+    # The sign-in page answers every page's address too, so a bookmark or a deep link shows
+    # the form (not "Page not found") and, once signed in, its page: the pages' own code is
+    # still not registered.
+    gate = [st.Page(VIEWS / "sign_in.py", title="Sign in", default=True)]
+    gate += [
+        st.Page(VIEWS / "sign_in.py", title="Sign in", url_path=Path(name).stem)
+        for name, _, _ in PAGES
+    ]
+    navigation = st.navigation(gate, position="hidden")
 else:
     navigation = st.navigation(
         [st.Page(VIEWS / name, title=title, icon=icon) for name, title, icon in PAGES]

@@ -40,6 +40,7 @@ __all__ = [
     "escape",
     "guarded",
     "settings",
+    "send_redirect",
     "show_domain",
     "sign_in_as",
     "sign_in_sso",
@@ -51,6 +52,7 @@ __all__ = [
 
 _SIGNED_IN = "sluice_signed_in"
 _ENDED = "sluice_session_ended"
+_REDIRECT = "sluice_redirect"
 DOMAIN = "sluice_domain"
 _DOMAIN_PICKER = "sluice_domain_picker"
 _DOMAIN_PAGE = "sluice_domain_page"  # the page the picker was last drawn on
@@ -222,16 +224,26 @@ def _in_words(seconds: float) -> str:
 
 
 def _forget() -> None:
-    """Drop everything this browser session holds but the test clock."""
+    """Drop everything this browser session holds but the test clock and a redirect to send."""
     for key in list(st.session_state.keys()):
-        if key != CLOCK:
+        if key not in (CLOCK, _REDIRECT):
             del st.session_state[key]
 
 
 def _redirect(url: str) -> None:
-    """Send the browser to ``url`` (one of served.py's routes, which set or clear the
-    cookie): Streamlit's own message for st.login's redirect, which the page follows with a
-    plain navigation."""
+    """Have the browser go to ``url`` (one of served.py's routes, which set or clear the
+    cookie) at the end of the next run: a message sent now would be dropped by the rerun
+    that follows a sign-in or a sign-out (Streamlit clears what a run sent when it reruns)."""
+    st.session_state[_REDIRECT] = url
+
+
+def send_redirect() -> None:
+    """Send the redirect a sign-in or sign-out asked for, if any: Streamlit's own message
+    for st.login's redirect, which the page follows with a plain navigation. app.py calls
+    it once per run."""
+    url = st.session_state.pop(_REDIRECT, None)
+    if url is None:
+        return
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
