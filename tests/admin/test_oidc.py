@@ -9,6 +9,7 @@ role (or refused), and which identity tokens may start a session.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from sluice_admin.oidc import (
     streamlit_secrets,
     user_name,
 )
+from tests.support.processes import run_sluice
 
 SSO = Settings(
     admin_oidc_metadata_url="https://idp.example.com/.well-known/openid-configuration",
@@ -165,3 +167,14 @@ def test_each_identity_token_has_its_own_mark() -> None:
     assert identity(claims) == identity(dict(claims))
     assert identity(claims) != identity({**claims, "iat": 1_001})
     assert identity(claims) != identity({**claims, "sub": "2"})
+
+
+def test_sluice_admin_refuses_a_partial_configuration_before_starting(tmp_path: Path) -> None:
+    result = run_sluice(
+        ["admin", "--admin-oidc-client-id", "x", "--database-url", f"sqlite:///{tmp_path}/c.db"]
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "sluice: single sign-on needs --admin-oidc-metadata-url, --admin-oidc-client-secret, "
+        "--admin-oidc-redirect-uri, --admin-oidc-roles too (or unset --admin-oidc-client-id)\n"
+    )

@@ -5,7 +5,8 @@ break do to them.
 - a deep link opens its page, signed in already or after the sign-in it asks for;
 - signing out in one browser ends the session in another (separate cookie jars);
 - a session idle longer than ``--admin-session-idle-timeout-s`` ends, and activity keeps it;
-- pending edits survive a reload.
+- pending edits survive a reload;
+- the route that sets the cookie takes a sign-in ticket once, from the app only.
 
 Each test routes the browser's requests and refuses any host but the admin app.
 """
@@ -13,6 +14,8 @@ Each test routes the browser's requests and refuses any host but the admin app.
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from playwright import sync_api as playwright
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import load_text
+from sluice_admin.auth import Role, User
+from sluice_admin.data import AdminData
 from tests.e2e.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -195,3 +200,41 @@ def test_pending_edits_survive_a_reload(tmp_path: Path, database_url: str, chrom
         page.get_by_text("unpublished changes").wait_for()
         page.get_by_role("tab", name="Pending change").click()
         page.get_by_role("button", name="Publish").wait_for()  # shown only with a diff
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # hand the 303 back as it is
+
+
+def _get(url: str, headers: dict[str, str]) -> tuple[int, str, str | None]:
+    """Status, Location and Set-Cookie of one GET, redirects not followed."""
+    opener = urllib.request.build_opener(_NoRedirects)
+    try:
+        response = opener.open(urllib.request.Request(url, headers=headers), timeout=10)
+    except urllib.error.HTTPError as exc:
+        response = exc
+    return response.status, response.headers.get("location", ""), response.headers["set-cookie"]
+
+
+def test_the_cookie_route_takes_a_ticket_once_and_only_from_the_app(
+    tmp_path: Path, database_url: str
+) -> None:
+    with run_admin(tmp_path, database_url) as url:
+        data = AdminData.open(database_url)
+        try:
+            _, ticket = data.sessions.start(
+                User("ed", Role.EDITOR), now_s=time.time(), lifetime_s=60
+            )
+        finally:
+            data.close()
+        route = f"{url}/_sluice/session?ticket={ticket}&next="
+        # A link on another site: refused, and the ticket is not spent.
+        assert _get(route + "/rules", {"Sec-Fetch-Site": "cross-site"})[::2] == (403, None)
+        # From the app: the cookie, and on to a path of the app only (not //evil.example).
+        status, location, cookie = _get(route + "//evil.example/", {"Sec-Fetch-Site": "none"})
+        assert (status, location) == (303, "/")
+        assert cookie is not None and cookie.startswith(f"{COOKIE}=")
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie
+        # Once only.
+        assert _get(route + "/rules", {"Sec-Fetch-Site": "same-origin"}) == (303, "/", None)

@@ -38,8 +38,9 @@ def _single_sign_on() -> None:
         return
     if config is None:
         return
-    if st.user.is_logged_in:
-        problem = session.sign_in_sso(st.user.to_dict(), config)
+    claims = st.user.to_dict()  # the provider's answer, once back from it
+    if claims.get("is_logged_in"):
+        problem = session.sign_in_sso(claims, config)
         if problem is None:
             st.rerun()
         if problem:
