@@ -34,8 +34,13 @@ from streamlit import App
 from sluice.settings import Settings, from_arguments
 from sluice_admin import APP_PATH, oidc
 from sluice_admin.data import AdminData
-from sluice_admin.session import SIGN_OUT_PATH, TICKET_PATH
-from sluice_admin.session_cookie import cookie_header, expired_cookie_header, seal
+from sluice_admin.session_cookie import (
+    SIGN_OUT_PATH,
+    TICKET_PATH,
+    cookie_header,
+    expired_cookie_header,
+    seal,
+)
 
 __all__ = ["CLOSED_PATHS", "ClosedPaths", "app", "local_path"]
 
@@ -59,7 +64,11 @@ class ClosedPaths:
 def local_path(target: str | None) -> str:
     """``target`` if it is a path on this app, else ``/``: the ``next`` of a sign-in must not
     send the browser to another site."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    # Browsers read a backslash as a slash and drop tabs and newlines: "/\\evil.example" and
+    # "/\t/evil.example" would leave the app.
+    if "\\" in target or any(c.isspace() or ord(c) < 32 for c in target):
         return "/"
     return target
 
@@ -113,6 +122,7 @@ async def trade_ticket(request: Request) -> Response:
     secure = request.url.scheme == "https"
     response.headers.append("set-cookie", cookie_header(value, max_age_s=max_age_s, secure=secure))
     response.headers["cache-control"] = "no-store"
+    response.headers["referrer-policy"] = "no-referrer"  # the ticket stays out of Referer
     return response
 
 

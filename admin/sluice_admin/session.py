@@ -23,14 +23,12 @@ from sluice.settings import Settings, from_arguments
 from sluice_admin import oidc
 from sluice_admin.auth import User, parse_users, sign_in
 from sluice_admin.data import AdminData
-from sluice_admin.session_cookie import COOKIE_NAME, unseal
+from sluice_admin.session_cookie import COOKIE_NAME, SIGN_OUT_PATH, TICKET_PATH, unseal
 from sluice_admin.session_store import Ended, SessionRow, verdict
 from sluice_admin.throttle import SignInLimiter, SignInRefused, SignInUnavailable
 
 __all__ = [
     "CLOCK",
-    "SIGN_OUT_PATH",
-    "TICKET_PATH",
     "authenticate",
     "choose_domain",
     "clock",
@@ -61,9 +59,6 @@ _DOMAIN_PAGE = "sluice_domain_page"  # the page the picker was last drawn on
 # however long a run takes. No widget has this key, so no browser can set it.
 CLOCK = "sluice_clock"
 _SYSTEM_CLOCK = SystemClock()
-# served.py's routes: trade a sign-in ticket for the cookie; drop the cookie.
-TICKET_PATH = "/_sluice/session"
-SIGN_OUT_PATH = "/_sluice/sign-out"
 # Longest a session's last action may be noted late (fewer writes than one per click); the
 # idle timeout counts from the note, so it may end a session up to this much early.
 _TOUCH_EVERY_S = 60.0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "COOKIE_NAME",
+    "SIGN_OUT_PATH",
+    "TICKET_PATH",
     "CookieSession",
     "cookie_header",
     "expired_cookie_header",
@@ -27,6 +29,9 @@ __all__ = [
 ]
 
 COOKIE_NAME = "sluice_admin_session"
+# served.py's routes: trade a sign-in ticket for the cookie; drop the cookie.
+TICKET_PATH = "/_sluice/session"
+SIGN_OUT_PATH = "/_sluice/sign-out"
 _TOKEN_BYTES = 32
 
 
