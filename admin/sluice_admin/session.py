@@ -173,19 +173,36 @@ def authenticate(*, active: bool = True) -> User | None:
         if row is None:
             return None
     why = verdict(row, now_s, s.admin_session_idle_timeout_s) if row else Ended.SIGNED_OUT
+    user_now = _as_now(row, s) if row is not None and why is None else None
+    if why is None and user_now is None:
+        why = Ended.REMOVED
     if why is not None:
         if row is not None and row.ended is None:
             store.end(row.session_id, why, now_s=now_s)
         _forget()
         st.session_state[_ENDED] = why
         return None
-    assert row is not None
+    assert row is not None and user_now is not None
     idle = s.admin_session_idle_timeout_s
     touch_every = min(_TOUCH_EVERY_S, idle / 10) if idle > 0 else _TOUCH_EVERY_S
     if active and now_s - row.last_seen_s >= touch_every:
         store.touch(row.session_id, now_s=now_s)
-    st.session_state[_SIGNED_IN] = SignedIn(row.session_id, row.user, row.sso)
-    return row.user
+    st.session_state[_SIGNED_IN] = SignedIn(row.session_id, user_now, row.sso)
+    return user_now
+
+
+def _as_now(row: SessionRow, s: Settings) -> User | None:
+    """The session's user with their role as it is now (an admin may have changed it), or
+    None once the account is gone. A single sign-on user's role is the one the provider's
+    answer gave at sign-in."""
+    if row.sso:
+        return row.user
+    try:
+        accounts = {**data().accounts(), **parse_users(s.admin_users)}
+    except ValueError:
+        return row.user  # a bad users setting: the sign-in form says so
+    account = accounts.get(row.user.name)
+    return User(account.name, account.role) if account is not None else None
 
 
 def still_signed_in() -> None:
@@ -204,6 +221,8 @@ def ended_notice() -> str | None:
     if why is Ended.IDLE:
         idle = _in_words(s.admin_session_idle_timeout_s)
         return f"You were signed out after {idle} without activity. Sign in again."
+    if why is Ended.REMOVED:
+        return "You were signed out: your account no longer exists here."
     if why is Ended.EXPIRED:
         lifetime = _in_words(s.admin_session_lifetime_s)
         return f"Your session reached its limit of {lifetime}. Sign in again."

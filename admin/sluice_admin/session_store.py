@@ -69,6 +69,7 @@ class Ended(enum.StrEnum):
     SIGNED_OUT = "signed out"  # its user signed out, here or in another tab or browser
     IDLE = "idle"  # no action for longer than the idle timeout
     EXPIRED = "expired"  # its lifetime is over
+    REMOVED = "removed"  # its user's account was removed
 
 
 @dataclass(frozen=True)

@@ -122,3 +122,17 @@ def test_the_domain_picker_takes_every_pick(database_url: str, service: PolicySe
     at = open_page(at, "history")  # kept across pages, and back
     at = open_page(at, "rules")
     assert [c.value for c in at.caption][0] == "Domain mail: live version 1"
+
+
+def test_a_changed_role_applies_at_once_and_a_removed_account_ends_the_session(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = sign_in(new_app(), "ed")
+    assert "Signed in as ed (editor)" in [t.value for t in at.sidebar.text]
+    monkeypatch.setenv("SLUICE_ADMIN_USERS", f"ed:viewer:{_HASH}")
+    at.run()
+    assert "Signed in as ed (viewer)" in [t.value for t in at.sidebar.text]
+    monkeypatch.setenv("SLUICE_ADMIN_USERS", "")
+    at.run()
+    assert titles(at) == ["Sluice admin"]
+    assert infos(at) == ["You were signed out: your account no longer exists here."]

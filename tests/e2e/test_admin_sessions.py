@@ -133,14 +133,17 @@ def test_signing_out_ends_the_session_in_another_browser(
     with run_admin(tmp_path, database_url) as url:
         laptop, _ = new_page(chromium, url)
         desktop, _ = new_page(chromium, url)
-        sign_in(laptop, url)
-        sign_in(desktop, url)
+        wall, _ = new_page(chromium, url)  # left on the Overview, which refreshes itself
+        for page in (laptop, desktop, wall):
+            sign_in(page, url)
         nav(desktop, "Rules")
 
         laptop.get_by_role("button", name="Sign out").click()
         signed_out(laptop)
         assert [c for c in laptop.context.cookies() if c["name"] == COOKIE] == []
 
+        # The wall screen, untouched, turns to the sign-in page by itself.
+        signed_out(wall)
         # The desktop's page is still open: its next action finds the session ended.
         desktop.get_by_role("link", name="History", exact=True).click()
         signed_out(desktop)
