@@ -108,10 +108,16 @@ def signing_key(s: Settings, data: AdminData) -> bytes:
 _SESSIONS = _Sessions()
 
 
+def _from_another_site(request: Request) -> bool:
+    """Whether the browser says another site started this request (Sec-Fetch-Site; a client
+    that sends none is taken at its word)."""
+    return request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
+
+
 async def trade_ticket(request: Request) -> Response:
-    # Only the app's own pages send the browser here: a link on another site (Sec-Fetch-Site
-    # cross-site or same-site) must not sign its visitor in as someone else.
-    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+    # Only the app's own pages send the browser here: a link on another site must not sign
+    # its visitor in as someone else.
+    if _from_another_site(request):
         return PlainTextResponse("Sign-in links work only from the admin app itself.", 403)
     ticket = request.query_params.get("ticket", "")
     traded = await run_in_threadpool(_SESSIONS.trade, ticket) if ticket else None
@@ -127,6 +133,8 @@ async def trade_ticket(request: Request) -> Response:
 
 
 async def sign_out(request: Request) -> Response:
+    if _from_another_site(request):  # nor drop the cookie of someone who followed a link
+        return PlainTextResponse("Sign-out works only from the admin app itself.", 403)
     target = _STREAMLIT_LOGOUT if request.query_params.get("sso") else "/"
     response = RedirectResponse(target, status_code=303)
     secure = request.url.scheme == "https"

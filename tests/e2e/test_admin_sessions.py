@@ -241,3 +241,8 @@ def test_the_cookie_route_takes_a_ticket_once_and_only_from_the_app(
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Max-Age=" in cookie
         # Once only.
         assert _get(route + "/rules", {"Sec-Fetch-Site": "same-origin"}) == (303, "/", None)
+        # Another site cannot drop the cookie either.
+        assert _get(f"{url}/_sluice/sign-out", {"Sec-Fetch-Site": "cross-site"})[::2] == (
+            403,
+            None,
+        )
