@@ -179,7 +179,8 @@ def authenticate(*, active: bool = True) -> User | None:
     if why is not None:
         if row is not None and row.ended is None:
             store.end(row.session_id, why, now_s=now_s)
-        _forget()
+        if signed_in is not None:
+            _forget()  # (not for a stale cookie: that would empty the sign-in form each run)
         st.session_state[_ENDED] = why
         return None
     assert row is not None and user_now is not None

@@ -181,6 +181,9 @@ def test_an_idle_session_ends_and_activity_keeps_it(
         page.get_by_role("link", name="Rules", exact=True).click()
         signed_out(page)
         page.get_by_text("You were signed out after 6 seconds without activity.").wait_for()
+        # Signing in again (the cookie still names the ended session) goes back to that page.
+        submit_sign_in(page)
+        heading(page, "Rules")
 
 
 def test_pending_edits_survive_a_reload(tmp_path: Path, database_url: str, chromium: Any) -> None:
