@@ -8,6 +8,7 @@ than a load test); ``bench/run.py`` remains the measure that counts.
 
     python bench/redis_path.py             # fixed_window and gcra, 1 and 3 descriptors
     python bench/redis_path.py --algorithms fixed_window --descriptors 3 --profile out.prof
+    python bench/redis_path.py --young-gc-threshold 700   # Python's default collector setting
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import inspect
 import subprocess
 import sys
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import redis  # noqa: E402
 
 from sluice.algorithms import ALGORITHMS, Limit  # noqa: E402
+from sluice.app import YOUNG_GC_THRESHOLD  # noqa: E402
 from sluice.backends import Hit  # noqa: E402
 from sluice.backends.redis.backend import RedisBackend  # noqa: E402
 from sluice.backends.redis.connect import connect  # noqa: E402
@@ -114,10 +117,20 @@ def main() -> None:
         help="the backend's script calls on wire.ScriptConnection or through redis-py",
     )
     parser.add_argument("--profile", help="write a cProfile of each measurement here")
+    parser.add_argument(
+        "--young-gc-threshold",
+        type=int,
+        default=YOUNG_GC_THRESHOLD,
+        help="the start-up heap frozen and the young generation collected every N allocations,"
+        f" as a server does (default {YOUNG_GC_THRESHOLD}; Python's own is 700)",
+    )
     args = parser.parse_args()
     import os
 
     os.sched_setaffinity(0, {args.cpu})
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(args.young_gc_threshold, *gc.get_threshold()[1:])
     with tempfile.TemporaryDirectory(prefix="sluice-redis-path-") as workdir:
         port = free_port()
         command = ["taskset", "-c", str(args.redis_cpu), "redis-server"]

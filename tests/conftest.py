@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.support.examples import NIGHTLY, NIGHTLY_FACTOR
+
 # Fixtures every test package may use (Redis, PostgreSQL), from the one shared place.
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -42,16 +44,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # result does not depend on the draw (run locally to hunt for new counterexamples).
 settings.register_profile("ci", derandomize=True)
 # SLUICE_FUZZ=nightly: the nightly-sized fuzz run (tests/abuse/_volume.py sizes each fuzz test;
-# other property tests get ten times their default). Always fresh examples, even under CI,
+# every other property test runs ten times its examples: 1,000 here for those without a number
+# of their own, Hypothesis's default being 100, and ``examples(N)`` for those with one, which
+# no profile can override: tests/support/examples.py). Always fresh examples, even under CI,
 # and no per-example deadline: a slow example is not a failure there, a crash is.
 settings.register_profile(
     "nightly",
-    max_examples=1000,
+    max_examples=100 * NIGHTLY_FACTOR,
     derandomize=False,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-if os.environ.get("SLUICE_FUZZ") == "nightly":
+if NIGHTLY:
     settings.load_profile("nightly")
 elif os.environ.get("CI"):
     settings.load_profile("ci")

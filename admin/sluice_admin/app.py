@@ -20,9 +20,13 @@ PAGES = [
     ("rules.py", "Rules", ":material/rule:"),
     ("live.py", "Live usage", ":material/show_chart:"),
     ("what_if.py", "What-if", ":material/science:"),
+    ("pins.py", "Overrides & blocks", ":material/block:"),
     ("history.py", "History", ":material/history:"),
+    ("leases.py", "Leases", ":material/lock_clock:"),
+    ("rlqs.py", "RLQS buckets", ":material/water_drop:"),
     ("transfer.py", "Import / export", ":material/swap_vert:"),
 ]
+ADMIN_PAGES = [("users.py", "Users", ":material/group:")]  # registered for admins only
 
 # The tab's icon is an emoji, drawn by the browser: without one, Streamlit makes the current
 # page's :material/…: icon the favicon and fetches it from fonts.gstatic.com (the icons in the
@@ -38,12 +42,15 @@ if user is None:
     gate = [st.Page(VIEWS / "sign_in.py", title="Sign in", default=True)]
     gate += [
         st.Page(VIEWS / "sign_in.py", title="Sign in", url_path=Path(name).stem)
-        for name, _, _ in PAGES
+        for name, _, _ in PAGES + ADMIN_PAGES
     ]
     navigation = st.navigation(gate, position="hidden")
 else:
     navigation = st.navigation(
-        [st.Page(VIEWS / name, title=title, icon=icon) for name, title, icon in PAGES]
+        [
+            st.Page(VIEWS / name, title=title, icon=icon)
+            for name, title, icon in PAGES + (ADMIN_PAGES if user.can_manage_users else [])
+        ]
     )
     st.sidebar.text(f"Signed in as {user.name} ({user.role.value})")
     if st.sidebar.button("Sign out", key="sign_out"):

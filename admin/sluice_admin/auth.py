@@ -35,8 +35,9 @@ _MAXMEM = 64 * 1024 * 1024
 
 
 class Role(enum.StrEnum):
-    VIEWER = "viewer"
-    EDITOR = "editor"
+    VIEWER = "viewer"  # reads every page
+    EDITOR = "editor"  # also changes policies, pins and resets
+    ADMIN = "admin"  # also manages the app's users
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,11 @@ class User:
 
     @property
     def can_edit(self) -> bool:
-        return self.role is Role.EDITOR
+        return self.role in (Role.EDITOR, Role.ADMIN)
+
+    @property
+    def can_manage_users(self) -> bool:
+        return self.role is Role.ADMIN
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ def parse_users(text: str) -> dict[str, Account]:
             accounts[name] = Account(name, Role(role), password_hash)
         except ValueError:
             raise ValueError(
-                f"SLUICE_ADMIN_USERS entry {index + 1}: role must be viewer or editor"
+                f"SLUICE_ADMIN_USERS entry {index + 1}: role must be viewer, editor or admin"
             ) from None
     return accounts
 

@@ -25,6 +25,9 @@ INSTALL_HINT = "pip install 'sluice[admin]'"
 _ADMIN_SETTINGS = (
     "database_url",
     "admin_users",
+    # The Leases and RLQS pages ask these servers, with the API token.
+    "admin_servers",
+    "api_token",
     "admin_session_idle_timeout_s",
     "admin_session_lifetime_s",
     "admin_session_secret",
@@ -69,7 +72,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "add", help="create or update a user; the password is read from stdin or a prompt"
     )
     add_user.add_argument("name", metavar="NAME")
-    add_user.add_argument("--role", choices=("viewer", "editor"), required=True)
+    add_user.add_argument("--role", choices=("viewer", "editor", "admin"), required=True)
     add_user.add_argument(
         "--print",
         action="store_true",
@@ -135,14 +138,18 @@ def _admin_user_add(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here: this module is loaded on every ``sluice`` run. Neither needs Streamlit,
     # so users can be created (or printed for SLUICE_ADMIN_USERS) with the server alone.
     from sluice_admin.auth import Account, Role, hash_password
+    from sluice_admin.users import UserChangeError, check_name, check_password
 
-    name = args.name.strip()
-    if not name or any(c in name for c in ":,") or len(name) > 255:
-        print("sluice: a user name must be 1-255 characters without ':' or ','", file=sys.stderr)
+    try:
+        name = check_name(args.name)
+    except UserChangeError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
         return 2
     password = _read_password()
-    if len(password) < 8:
-        print("sluice: the password must have at least 8 characters", file=sys.stderr)
+    try:
+        check_password(password)
+    except UserChangeError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
         return 1
     account = Account(name, Role(args.role), hash_password(password))
     if args.print_only:
@@ -152,7 +159,8 @@ def _admin_user_add(args: argparse.Namespace, settings: Settings) -> int:
 
     data = AdminData.open(settings.database_url)
     try:
-        created = data.save_account(account)
+        # The audit trail names who ran the command, as the system knows them.
+        created = data.save_account(account, actor=f"{getpass.getuser()} (sluice admin-user)")
     finally:
         data.close()
     print(f"{name}: {'created' if created else 'updated'} ({args.role})")

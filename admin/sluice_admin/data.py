@@ -9,19 +9,22 @@ a viewer's session cannot publish even if the UI were bypassed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
+from sluice.clock import Clock
 from sluice.db import Database
 from sluice.errors import DomainNotFoundError, SluiceError
 from sluice.model import DomainPolicy
 from sluice.policies.service import DomainView, PolicyService, Version
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT
-from sluice.usage.store import SECOND, UsagePoint, UsageStore
-from sluice_admin.accounts import AccountStore
-from sluice_admin.auth import Account, User
+from sluice.usage.store import SECOND, KeyRecord, UsagePoint, UsageStore
+from sluice_admin.accounts import AccountStore, UserChangeEntry
+from sluice_admin.auth import Account, Role, User
 from sluice_admin.draft_store import DraftStore
 from sluice_admin.pending import pending_text
 from sluice_admin.session_store import SessionStore
+from sluice_admin.users import UserChange, a_role
 
 __all__ = ["AdminData", "NotAllowedError"]
 
@@ -39,6 +42,7 @@ class AdminData:
         # app's own sessions and pending edits (which no role check guards: every user has
         # their own).
         self._db = database
+        self._max_log_limit = max_log_limit
         self._policies = PolicyService(PolicyStore(database), max_log_limit=max_log_limit)
         self._usage = UsageStore(database)
         self._accounts = AccountStore(database)
@@ -132,6 +136,53 @@ class AdminData:
         policies = self._policies.validate([(source, text)])
         return self._policies.publish(policies, author=user.name, comment=comment)
 
+    # -- overrides, blocks, allows and resets of one descriptor (editors only) ---------------
+    # The CLI's and the write API's own calls: each change is a version in the History.
+
+    def put_pin(
+        self,
+        user: User,
+        domain: str,
+        kind: str,
+        descriptor: str,
+        *,
+        rate_limit: Mapping[str, object] | None = None,
+        expires_in: str | None = None,
+        comment: str,
+        clock: Clock,
+    ) -> int | None:
+        """Pin ``descriptor`` (``KEY=VALUE,…``) as ``kind`` (overrides, blocks, allows),
+        expiring ``expires_in`` from ``clock``'s now; the new version (None: unchanged)."""
+        _require_editor(user, f"change {kind}")
+        service = PolicyService(
+            self._policies.store, max_log_limit=self._max_log_limit, clock=clock
+        )
+        changed = service.put_pin(
+            domain,
+            kind,
+            descriptor,
+            rate_limit=rate_limit,
+            expires_in=expires_in,
+            author=user.name,
+            comment=comment,
+        )
+        return changed.get(domain)
+
+    def delete_pin(
+        self, user: User, domain: str, kind: str, descriptor: str, *, comment: str
+    ) -> int | None:
+        _require_editor(user, f"change {kind}")
+        changed = self._policies.delete_pin(
+            domain, kind, descriptor, author=user.name, comment=comment
+        )
+        return changed.get(domain)
+
+    def reset(self, user: User, domain: str, descriptor: str, *, comment: str) -> int | None:
+        """Start ``descriptor``'s counters afresh on every server; the new version."""
+        _require_editor(user, "reset counters")
+        changed = self._policies.reset(domain, descriptor, author=user.name, comment=comment)
+        return changed.get(domain)
+
     # -- usage telemetry ---------------------------------------------------------------------
 
     def usage(
@@ -147,6 +198,10 @@ class AdminData:
         series = self._usage.series(rule_id, since_s=since_s, resolution_s=resolution_s)
         return series.get(rule_id, [])
 
+    def key_record(self, rule_id: str, *, since_s: int, resolution_s: int = SECOND) -> KeyRecord:
+        """One rule's usage per key (its heaviest keys by name, the rest as a histogram)."""
+        return self._usage.key_record(rule_id, since_s=since_s, resolution_s=resolution_s)
+
     def top_offenders(self, rule_id: str, *, since_s: int) -> list[tuple[str, int]]:
         return self._usage.top_offenders(rule_id, since_s=since_s)
 
@@ -155,9 +210,19 @@ class AdminData:
     def accounts(self) -> dict[str, Account]:
         return self._accounts.all()
 
-    def save_account(self, account: Account) -> bool:
-        """Create or replace a user; True if it was new."""
-        return self._accounts.save(account)
+    def save_account(self, account: Account, *, actor: str) -> bool:
+        """Create or replace a user (``sluice admin-user add``); True if it was new."""
+        return self._accounts.save(account, actor=actor)
+
+    def change_user(self, user: User, change: UserChange, *, setting: Mapping[str, Role]) -> None:
+        """Add, remove, re-role or set the password of a user stored in the database, as
+        ``user`` (who must be an admin, as the database and ``setting`` say now); audited."""
+        if not user.can_manage_users:
+            raise NotAllowedError(f"{user.name} is {a_role(user.role)}: only admins manage users")
+        self._accounts.change(change, actor=user.name, setting=setting)
+
+    def user_changes(self) -> list[UserChangeEntry]:
+        return self._accounts.changes()
 
 
 def _require_editor(user: User, action: str) -> None:

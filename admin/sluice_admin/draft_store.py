@@ -32,7 +32,7 @@ __all__ = ["DraftStore", "StoredDraft", "metadata"]
 
 metadata = MetaData(naming_convention=server_metadata.naming_convention)
 
-# Migration 0006 creates it (in the server's history, like admin_users: see accounts.py).
+# Migration 0008 creates it (in the server's history, like admin_users: see accounts.py).
 admin_drafts = Table(
     "admin_drafts",
     metadata,

@@ -3,7 +3,7 @@
 Pure (no Streamlit): the settings checked and turned into the ``[auth]`` secrets Streamlit
 reads, and an identity provider's claims turned into an admin user. The provider signs the
 user in; the role comes from one claim (``--admin-oidc-role-claim``, e.g. ``groups``) mapped
-by ``--admin-oidc-roles`` (``sluice-editors:editor,sluice-viewers:viewer``); someone whose
+by ``--admin-oidc-roles`` (``sluice-admins:admin,sluice-editors:editor,…``); someone whose
 claim maps to no role is refused.
 
 Streamlit keeps the provider's answer in its own cookie for 30 days. Sluice does not take
@@ -76,8 +76,8 @@ def parse_roles(text: str) -> dict[str, Role]:
             roles[value.strip()] = Role(role.strip())
         except ValueError:
             raise ValueError(
-                f"{flag_name('admin_oidc_roles')} entry {index + 1}: role must be viewer or "
-                f"editor, not '{role.strip()}'"
+                f"{flag_name('admin_oidc_roles')} entry {index + 1}: role must be "
+                f"{', '.join(r.value for r in Role)}, not '{role.strip()}'"
             ) from None
     return roles
 
@@ -143,15 +143,17 @@ def streamlit_secrets(config: OidcConfig, cookie_secret: str) -> dict[str, objec
     }
 
 
+# When several of a user's claim values map to roles, the one that may do most wins.
+_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.ADMIN: 2}
+
+
 def role_for(claims: Mapping[str, object], config: OidcConfig) -> Role | None:
-    """The role the role claim maps to (editor if any of its values maps to editor), or
-    None. The claim may be one string or a list of them (``groups`` usually is)."""
+    """The role the role claim maps to (the highest, if several of its values map to one),
+    or None. The claim may be one string or a list of them (``groups`` usually is)."""
     found = claims.get(config.role_claim)
     values = [found] if isinstance(found, str) else found if isinstance(found, list) else []
     roles = {config.roles[v] for v in values if isinstance(v, str) and v in config.roles}
-    if Role.EDITOR in roles:
-        return Role.EDITOR
-    return Role.VIEWER if roles else None
+    return max(roles, key=_RANK.__getitem__) if roles else None
 
 
 def user_name(claims: Mapping[str, object]) -> str | None:

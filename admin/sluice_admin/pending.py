@@ -17,6 +17,7 @@ import yaml
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.model import DomainPolicy, Rule
 from sluice.policies.yaml_format import dump_policy, rule_document
+from sluice_admin.pins import offender_entries
 
 __all__ = [
     "LimitFields",
@@ -75,8 +76,8 @@ def rule_id(domain: str, path: RulePath) -> str:
 def offender_values(key: str) -> str:
     """An over-limit key as recorded (the counter's ``key,value,…`` after the domain) shown
     as its values only: the rule's name already says which keys they are."""
-    parts = key.split(",")
-    return ", ".join(parts[1::2]) if len(parts) % 2 == 0 else key
+    entries = offender_entries(key)
+    return ", ".join(value for _, value in entries) if entries is not None else key
 
 
 def document_rules(policy: DomainPolicy) -> list[Doc]:

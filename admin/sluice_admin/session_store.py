@@ -37,7 +37,7 @@ _SIGNING_KEY = "session_signing_key"
 
 metadata = MetaData(naming_convention=server_metadata.naming_convention)
 
-# Migration 0006 creates these (in the server's history, like admin_users: see accounts.py).
+# Migration 0008 creates these (in the server's history, like admin_users: see accounts.py).
 admin_sessions = Table(
     "admin_sessions",
     metadata,

@@ -169,7 +169,7 @@ class RateLimiter:
                 # Not a quota upstream counts, even with quota_mode: it checks no limit.
                 statuses[i] = _UNLIMITED
                 if recorder is not None:
-                    recorder.record(match.rule_id, ALLOWED, cost=cost)
+                    recorder.record(match.rule_id, ALLOWED, cost=cost, key=match.counter_key)
                     # Upstream's statsd counts nothing for an unlimited rule.
                     recorder.record_named(match.rule_id, "", ALLOWED, cost=cost)
                 continue
@@ -253,7 +253,9 @@ class RateLimiter:
                 if limit is not None
                 else 0
             )
-            recorder.record(a.match.rule_id, ALLOWED, cost=a.cost, near=near)
+            recorder.record(
+                a.match.rule_id, ALLOWED, cost=a.cost, near=near, key=a.match.counter_key
+            )
             if a.match.metric_name is not None:
                 recorder.record_named(
                     a.match.rule_id, a.match.metric_name, ALLOWED, cost=a.cost, near=near
@@ -264,7 +266,14 @@ class RateLimiter:
         kind = SHADOW_OVER if a.match.shadow_mode else OVER_LIMIT
         # The local over-limit cache answers a hit whole: all its outcomes are its own.
         local = outcomes[0].local
-        recorder.record(a.match.rule_id, kind, cost=a.cost, offender=offender, local=local)
+        recorder.record(
+            a.match.rule_id,
+            kind,
+            cost=a.cost,
+            offender=offender,
+            local=local,
+            key=a.match.counter_key,
+        )
         if a.match.metric_name is not None:
             recorder.record_named(
                 a.match.rule_id, a.match.metric_name, kind, cost=a.cost, local=local

@@ -145,6 +145,13 @@ class Metrics:
             ["strategy"],
             registry=own,
         )
+        self.lease_calls = Counter(
+            "sluice_lease_calls",
+            "LeaseService calls by method and result: granted / refused (acquire), renewed /"
+            " expired (renew), released / unknown (release), or the gRPC status refusing it.",
+            ["method", "result"],
+            registry=own,
+        )
         self.request_seconds = Histogram(
             "sluice_request_duration_seconds",
             "Time to answer ShouldRateLimit, by transport and outcome.",
@@ -167,6 +174,9 @@ class Metrics:
                 self.rule_total_hits.labels(domain, rule).inc(total)
             if counts[NEAR_LIMIT]:
                 self.rule_near_limit.labels(domain, rule).inc(counts[NEAR_LIMIT])
+
+    def count_lease_call(self, method: str, result: str) -> None:
+        self.lease_calls.labels(method, result).inc()
 
     def count_rlqs_assignments(self, strategy: str, n: int) -> None:
         self.rlqs_assignments.labels(strategy).inc(n)

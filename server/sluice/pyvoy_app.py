@@ -13,9 +13,11 @@ once started; the launcher writes ``serving`` once Envoy's listener accepts (hea
 SERVING then), and ``drain`` on SIGTERM, and the app drains as grpc.aio does
 (health NOT_SERVING, new calls UNAVAILABLE, calls in flight finish within the grace period,
 usage flushed), answers ``stopped`` and ends the process at once (``os._exit``, as
-grpc.aio's server does). If the launcher goes away (the socket reads end-of-file), the app
-drains and ends the process the same way. An app that refuses to start writes ``refused CODE
-LINES`` instead of ``ready``: the launcher exits with that code and prints those lines.
+grpc.aio's server does); a drain that raises is logged with its traceback, answered
+``failed`` and ends the process with code 1 (the launcher then exits 1). If the launcher
+goes away (the socket reads end-of-file), the app drains and ends the process the same way.
+An app that refuses to start writes ``refused CODE LINES`` instead of ``ready``: the launcher
+exits with that code and prints those lines.
 
 Under ``sluice serve --workers N`` (N > 1) each worker's launcher runs one Envoy with this
 app; the supervisor's ``PROMETHEUS_MULTIPROC_DIR`` reaches it through the environment, and
@@ -162,13 +164,22 @@ class Embedded:
         self._control_task = asyncio.get_running_loop().create_task(self._follow(reader, writer))
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        line = await reader.readline()
-        if line == b"serving\n":
-            await self.sluice.set_serving(True)
+        line = b""
+        try:
             line = await reader.readline()
-        await self.stop()
+            if line == b"serving\n":
+                await self.sluice.set_serving(True)
+                line = await reader.readline()
+            await self.stop()
+            answer, code = b"stopped\n", 0
+        except Exception:
+            # A bug: its traceback in the log, the launcher told, and the process ended all
+            # the same. Left to itself, Envoy would serve on without an app that drains, and
+            # the launcher would wait out its own timeout, then kill it.
+            log.exception("stopping failed")
+            answer, code = b"failed\n", 1
         if line:
-            writer.write(b"stopped\n")
+            writer.write(answer)
             await writer.drain()
         else:
             log.warning("the launcher is gone: ending Envoy")
@@ -177,7 +188,7 @@ class Embedded:
         # threads, which a hung config database can hold for minutes.
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
 
     async def stop(self) -> None:
         """Drain and close, once (from the launcher's ``drain`` or Envoy's own shutdown)."""
@@ -186,11 +197,13 @@ class Embedded:
         await asyncio.shield(self._stopping)
 
     async def _stop(self) -> None:
-        await self.sluice.stop(exiting=True)
-        if self._store is not None:
-            self._store.__exit__(None, None, None)
-        logging.getLogger("sluice").info("drained")
-        _save_coverage()
+        try:
+            await self.sluice.stop(exiting=True)
+            if self._store is not None:
+                self._store.__exit__(None, None, None)
+            logging.getLogger("sluice").info("drained")
+        finally:
+            _save_coverage()
 
     async def shutdown(self) -> None:
         await self.stop()

@@ -4,7 +4,8 @@ port (sluice/pyvoy_app.py inside it), and drive its lifecycle.
 This process stays the one a supervisor sees and signals (``sluice serve``): it brings the
 config database up to date before (cli.py), starts Envoy as a child in its own session (so a
 terminal's Ctrl-C reaches only this process), and on SIGTERM or SIGINT asks the app inside
-Envoy to drain over a socket pair, waits for it, ends Envoy and exits 0. Envoy dies with this
+Envoy to drain over a socket pair, waits for it, ends Envoy and exits 0 (1 if the drain failed
+or was never confirmed: the app's traceback is in the log). Envoy dies with this
 process (PR_SET_PDEATHSIG), and the app ends Envoy when the socket closes. An app that
 refuses to start says why over the same socket, and this process exits with the code and
 the message ``sluice serve`` has under grpc.aio (sluice/exit_codes.py).
@@ -295,7 +296,8 @@ def _listener_port(admin_socket: Path) -> int:
 async def serve(
     settings: Settings, *, started: Callable[[], None] | None = None, worker: int | None = None
 ) -> int:
-    """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing (or dying): 1.
+    """Serve until SIGTERM or SIGINT, drain, stop Envoy: 0. Envoy failing (or dying), or the
+    app's drain failing: 1.
 
     ``started`` is called once Envoy's listener accepts and health says SERVING. ``worker``:
     this is worker ``worker`` of ``--workers N`` (sluice/workers.py), whose metrics are added
@@ -418,12 +420,21 @@ async def _drive(
         timeout=settings.drain_delay_s + settings.shutdown_grace_s + 30,
         return_when="FIRST_COMPLETED",
     )
-    if not (answer.done() and answer.result() == b"stopped\n"):
-        log.warning("the app in Envoy did not confirm its drain")
+    if exited.done() and not answer.done():
+        # The app answers, then ends Envoy: its answer (or the end of the socket, if it had
+        # none) is there to read, though the exit may have been seen first.
+        await asyncio.wait((answer,), timeout=5)
+    confirmation = answer.result() if answer.done() else b""
     code = await _end(process)
     if code not in (0, -signal.SIGTERM):
         log.warning("Envoy exited with %s", code)
     writer.close()
+    if confirmation == b"failed\n":
+        log.error("the app in Envoy failed to drain (its traceback is above)")
+        return 1
+    if confirmation != b"stopped\n":
+        log.error("the app in Envoy did not confirm its drain")
+        return 1
     log.info("stopped")
     return 0
 

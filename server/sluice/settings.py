@@ -169,13 +169,21 @@ class Settings:
         "headers counts); past it the one idle longest is closed.",
     )
     api_token: str = _setting(
-        "", "Bearer token for the policy write API (/api/v1); empty disables the API.", secret=True
+        "",
+        "Bearer token for the HTTP API (/api/v1: policy writes, leases and RLQS buckets); "
+        "sluice admin sends it to --admin-servers; empty disables the API.",
+        secret=True,
     )
     admin_users: str = _setting(
         "",
-        "Admin app users besides those in the database: NAME:ROLE:HASH,... (ROLE viewer or "
-        "editor; HASH from sluice admin-user add NAME --print).",
+        "Admin app users besides those in the database: NAME:ROLE:HASH,... (ROLE viewer, "
+        "editor or admin; HASH from sluice admin-user add NAME --print).",
         secret=True,
+    )
+    admin_servers: str = _setting(
+        "",
+        "sluice admin: the servers' HTTP ports (http[s]://HOST:PORT,...) whose runtime state "
+        "(leases held, RLQS buckets) the Leases and RLQS pages show; empty: none.",
     )
     admin_session_idle_timeout_s: float = _setting(
         1800.0,
@@ -212,8 +220,8 @@ class Settings:
     )
     admin_oidc_roles: str = _setting(
         "",
-        "Admin app single sign-on: CLAIM_VALUE:ROLE,... (ROLE viewer or editor; editor wins "
-        "when several match); a user matching none is refused.",
+        "Admin app single sign-on: CLAIM_VALUE:ROLE,... (ROLE viewer, editor or admin; the "
+        "highest wins when several match); a user matching none is refused.",
     )
     config_poll_interval_s: float = _setting(
         0.25, "How often to check the config database for a published change."

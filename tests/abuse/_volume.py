@@ -14,11 +14,9 @@ Each module raises its per-test timeout to ``TIMEOUT_S`` for that run.
 
 from __future__ import annotations
 
-import os
+from tests.support.examples import NIGHTLY
 
 __all__ = ["NIGHTLY", "TIMEOUT_S", "cases"]
-
-NIGHTLY = os.environ.get("SLUICE_FUZZ") == "nightly"
 
 
 def cases(*, ci: int, nightly: int) -> int:

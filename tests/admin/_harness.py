@@ -1,9 +1,14 @@
-"""Driving the admin app in-process with Streamlit's AppTest, against a SQLite database."""
+"""Driving the admin app in-process with Streamlit's AppTest, against a SQLite database (or,
+for the tests marked ``ON_BOTH_DATABASES``, a PostgreSQL one too)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
+from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
 from sluice.clock import Clock
@@ -12,6 +17,11 @@ from sluice_admin.session import CLOCK
 
 PASSWORD = "correct horse battery"
 PAGES = ("overview", "rules", "live", "what_if", "history", "transfer")
+
+# The test runs twice: on SQLite, and on a PostgreSQL database of its own (as docker-compose
+# runs the app), for the paths whose SQL differs by dialect or that only PostgreSQL may
+# refuse (accounts, sign-in, the usage queries). Needs the ``database_url`` fixture.
+ON_BOTH_DATABASES = pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 
 
 class CheckedAppTest(AppTest):
@@ -68,3 +78,29 @@ def metric(at: AppTest, label: str) -> str:
 
 def no_exceptions(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart as the page sent it to the browser: its Vega-Lite spec, and the rows of each of
+    its datasets (what it plots), by name."""
+
+    spec: dict[str, Any]
+    datasets: dict[str, list[dict[str, Any]]]
+
+    def rows(self, layer: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The rows the chart (or one of its layers) plots."""
+        return self.datasets[(layer or self.spec)["data"]["name"]]
+
+
+def charts(at: AppTest) -> list[Chart]:
+    """Every Altair chart on the page, in order."""
+    found = []
+    for element in at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart"):
+        proto = element.proto
+        datasets = {
+            named.name: convert_arrow_bytes_to_pandas_df(named.data.data).to_dict("records")
+            for named in proto.datasets
+        }
+        found.append(Chart(json.loads(proto.spec), datasets))
+    return found

@@ -26,12 +26,18 @@ _HASH = hash_password(PASSWORD)
 
 
 @pytest.fixture
-def database_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
     """A config database with domain 'shop' at version 1, users 'ed' (editor, from the
-    setting) and 'vi' (viewer, from the database), and the app pointed at it."""
-    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    setting) and 'vi' (viewer, from the database), and the app pointed at it: SQLite, or
+    a PostgreSQL database of the test's own for tests marked ``ON_BOTH_DATABASES``."""
+    if getattr(request, "param", "sqlite") == "postgresql":
+        url = request.getfixturevalue("postgres_url")  # dropped after the test
+    else:
+        url = f"sqlite:///{tmp_path / 'sluice.db'}"
     data = AdminData.open(url)
-    data.save_account(Account("vi", Role.VIEWER, _HASH))
+    data.save_account(Account("vi", Role.VIEWER, _HASH), actor="seed")
     data.close()
     with PolicyStore(url) as store:
         PolicyService(store).publish(load_text(SHOP), author="seed", comment="first")

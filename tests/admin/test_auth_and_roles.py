@@ -19,6 +19,7 @@ from sluice_admin.auth import (
 )
 from sluice_admin.data import AdminData, NotAllowedError
 from sluice_admin.throttle import SignInLimiter, SignInRefused, SignInUnavailable
+from tests.admin._harness import ON_BOTH_DATABASES
 from tests.support.processes import free_port, run_sluice
 
 VIEWER, EDITOR = User("vi", Role.VIEWER), User("ed", Role.EDITOR)
@@ -136,6 +137,7 @@ def test_sign_in_fails_closed_when_the_limiters_redis_is_down() -> None:
         sign_in(accounts, limiter, "ann", "right")
 
 
+@ON_BOTH_DATABASES
 def test_viewers_cannot_change_anything_even_bypassing_the_ui(database_url: str) -> None:
     data = AdminData.open(database_url)
     [policy] = load_text("domain: shop\ndescriptors:\n  - key: other\n")
@@ -150,6 +152,7 @@ def test_viewers_cannot_change_anything_even_bypassing_the_ui(database_url: str)
     data.close()
 
 
+@ON_BOTH_DATABASES
 def test_admin_user_add_stores_a_user_or_prints_an_entry(database_url: str) -> None:
     added = run_sluice(
         ["admin-user", "add", "zoe", "--role", "editor", "--database-url", database_url],

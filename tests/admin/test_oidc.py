@@ -88,8 +88,8 @@ def test_the_settings_become_a_config_and_streamlits_secrets() -> None:
         ),
         ({"admin_oidc_role_claim": " "}, "--admin-oidc-role-claim: may not be empty"),
         (
-            {"admin_oidc_roles": "sluice-editors:admin"},
-            "--admin-oidc-roles entry 1: role must be viewer or editor, not 'admin'",
+            {"admin_oidc_roles": "sluice-editors:owner"},
+            "--admin-oidc-roles entry 1: role must be viewer, editor, admin, not 'owner'",
         ),
         (
             {"admin_oidc_roles": "a:viewer,editor"},
@@ -113,8 +113,10 @@ def test_localhost_may_use_http() -> None:
     assert oidc_config(local) is not None
 
 
-def test_roles_come_from_the_claim_and_editor_wins() -> None:
+def test_roles_come_from_the_claim_and_the_highest_wins() -> None:
     assert CONFIG is not None
+    admins = dataclasses.replace(CONFIG, roles={**CONFIG.roles, "sluice-admins": Role.ADMIN})
+    assert role_for({"groups": ["sluice-editors", "sluice-admins"]}, admins) is Role.ADMIN
     assert role_for({"groups": ["staff", "sluice-viewers"]}, CONFIG) is Role.VIEWER
     assert role_for({"groups": ["sluice-viewers", "sluice-editors"]}, CONFIG) is Role.EDITOR
     assert role_for({"groups": "urn:group:ops"}, CONFIG) is Role.EDITOR  # one string

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.admin._harness import PASSWORD, errors, new_app, no_exceptions, open_page, sign_in
+from tests.admin._harness import (
+    ON_BOTH_DATABASES,
+    PASSWORD,
+    errors,
+    new_app,
+    no_exceptions,
+    open_page,
+    sign_in,
+)
+
+# Accounts and sign-in read the config database: on both dialects.
+pytestmark = ON_BOTH_DATABASES
 
 
 def test_nothing_but_the_sign_in_form_before_signing_in(database_url: str) -> None:
@@ -66,5 +77,5 @@ def test_a_bad_users_setting_is_reported(database_url: str, monkeypatch) -> None
     at = sign_in(new_app(), "ed")
     assert errors(at) == [
         "The admin users setting is invalid: SLUICE_ADMIN_USERS entry 1: "
-        "role must be viewer or editor"
+        "role must be viewer, editor or admin"
     ]

@@ -83,7 +83,7 @@ def test_a_misconfigured_single_sign_on_is_named_on_the_sign_in_page(
     monkeypatch.setenv("SLUICE_ADMIN_OIDC_ROLES", "sluice-editors:owner")
     at = new_app().run()
     assert errors(at) == [
-        "Single sign-on is misconfigured: --admin-oidc-roles entry 1: role must be viewer or "
-        "editor, not 'owner'"
+        "Single sign-on is misconfigured: --admin-oidc-roles entry 1: role must be viewer, "
+        "editor, admin, not 'owner'"
     ]
     assert [t.label for t in at.text_input] == ["User name", "Password"]

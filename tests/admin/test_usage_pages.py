@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from sluice.clock import ManualClock
 from sluice.policies.store import PolicyStore
 from sluice.usage.store import UsageStore
-from tests.admin._harness import errors, metric, new_app, no_exceptions, open_page, sign_in
+from sluice_admin.charts import TIME_FORMAT
+from tests.admin._harness import (
+    ON_BOTH_DATABASES,
+    charts,
+    errors,
+    metric,
+    new_app,
+    no_exceptions,
+    open_page,
+    sign_in,
+)
 
 NOW = 1_800_000_000  # the pages' clock (a ManualClock): nothing here depends on real time
+
+
+def plotted(rows: list[dict[str, Any]], series: str, value: str) -> dict[tuple[int, str], int]:
+    """A chart's rows as {(second, series): value}; each (second, series) plotted once."""
+    points = {(int(r["time"].timestamp()), r[series]): r[value] for r in rows}
+    assert len(points) == len(rows), rows
+    return points
 
 
 def seed(store: PolicyStore, *, ago_s: int = 3) -> None:
@@ -27,6 +46,7 @@ def app() -> AppTest:
     return new_app(ManualClock(NOW))
 
 
+@ON_BOTH_DATABASES
 def test_overview_shows_rates_and_highlights_rules_over_their_limit(
     database_url: str, store: PolicyStore
 ) -> None:
@@ -38,7 +58,16 @@ def test_overview_shows_rates_and_highlights_rules_over_their_limit(
     assert metric(at, "Rejected") == "25.0%"
     assert metric(at, "Backend errors (last 10 s)") == "2"
     assert errors(at) == ["Over limit: shop\\.user (10 rejected in 10 s)"]
-    assert at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")
+    # The sparkline: each second of the last five minutes, a second without traffic a zero
+    # (not a gap the line would bridge), all requests and the rejected ones.
+    [sparkline] = charts(at)
+    assert plotted(sparkline.rows(), "series", "per second") == {
+        (t, series): count if t == NOW - 3 else 0
+        for t in range(NOW - 300, NOW)
+        for series, count in (("requests", 40), ("rejected", 10))
+    }
+    assert sparkline.spec["encoding"]["x"]["axis"]["format"] == TIME_FORMAT
+    assert sparkline.spec["encoding"]["y"]["title"] == "req / s"
 
 
 def test_overview_says_when_nothing_was_recorded(database_url: str) -> None:
@@ -47,6 +76,7 @@ def test_overview_says_when_nothing_was_recorded(database_url: str) -> None:
     assert any("No usage recorded in the last 10 s" in c.value for c in at.caption)
 
 
+@ON_BOTH_DATABASES
 def test_live_usage_per_rule_with_top_offenders(database_url: str, store: PolicyStore) -> None:
     at = sign_in(app(), "ed")
     seed(store)
@@ -56,6 +86,14 @@ def test_live_usage_per_rule_with_top_offenders(database_url: str, store: Policy
     assert (metric(at, "Admitted"), metric(at, "Rejected")) == ("30", "10")
     assert metric(at, "Rejection rate") == "25.0%"
     assert metric(at, "Near limit") == "4"
+    # Each second of the five minutes up to now, stacked by outcome, quiet seconds as zeros.
+    [traffic] = charts(at)
+    assert plotted(traffic.rows(), "outcome", "requests") == {
+        (t, outcome): count if t == NOW - 3 else 0
+        for t in range(NOW - 300, NOW + 1)
+        for outcome, count in (("admitted", 30), ("rejected", 10), ("rejected (shadow)", 0))
+    }
+    assert traffic.spec["encoding"]["y"]["title"] == "requests / s"
     [offenders] = at.dataframe
     assert offenders.value.to_dict("records") == [
         # the values only: the rule's name (shop.user) already says which key they are
@@ -64,6 +102,7 @@ def test_live_usage_per_rule_with_top_offenders(database_url: str, store: Policy
     ]
 
 
+@ON_BOTH_DATABASES
 def test_live_usage_marks_what_rlqs_data_planes_reported(
     database_url: str, store: PolicyStore
 ) -> None:
@@ -81,6 +120,7 @@ def test_live_usage_marks_what_rlqs_data_planes_reported(
 
 
 @pytest.mark.parametrize("label", ["1 h", "24 h"])
+@ON_BOTH_DATABASES
 def test_longer_ranges_read_per_minute_figures(
     database_url: str, store: PolicyStore, label: str
 ) -> None:

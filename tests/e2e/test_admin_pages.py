@@ -11,6 +11,7 @@ import io
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from playwright import sync_api as playwright
 
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
-from sluice.policies.yaml_format import load_text
+from sluice.policies.yaml_format import dump_policies, load_text
 from sluice.usage.store import UsageStore
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, Outbound, run_admin, settle, sign_in
 
@@ -149,6 +150,32 @@ def test_duplicate_is_not_cut_short_at_1400_px(browser: Browser) -> None:
         "b => [b, ...b.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1)"
     )
     assert not clipped  # it read "Dupli…"
+
+
+def test_the_download_is_the_published_policy_and_imports_back_unchanged(
+    browser: Browser, database_url: str, tmp_path: Path
+) -> None:
+    page = browser.page
+    browser.nav("Import / export")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download YAML").click()
+    assert download.value.suggested_filename == "ratelimit.yaml"
+    saved = tmp_path / "ratelimit.yaml"
+    download.value.save_as(saved)
+    with PolicyStore(database_url) as store:
+        published = PolicyService(store).get("shop")
+    # The bytes are the published version's YAML, which the loader reads back as that policy.
+    assert saved.read_bytes() == dump_policies([published.policy]).encode()
+    assert load_text(saved.read_text()) == [published.policy]
+    # Imported again, it changes nothing: no new version.
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(saved)
+    page.get_by_text("Valid: shop (1 rules)", exact=True).wait_for()
+    settle(page)
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.get_by_text("Imported: no changes.", exact=True).wait_for()
+    with PolicyStore(database_url) as store:
+        assert PolicyService(store).get("shop").version == published.version == 8
+    assert browser.outbound.refused == []
 
 
 def test_the_rollback_confirmation_opens_beside_its_button(browser: Browser) -> None:

@@ -37,7 +37,18 @@ from tests.support.processes import sluice_serve, wait_until
 
 pytestmark = pytest.mark.e2e
 
-PAGES = ("overview", "rules", "live", "what_if", "history", "transfer")
+PAGES = (
+    "overview",
+    "rules",
+    "live",
+    "what_if",
+    "pins",
+    "history",
+    "transfer",
+    "leases",
+    "rlqs",
+    "users",
+)
 VALUE = "<script>window.__xss='value'</script>"
 NAME = "<img src=x onerror=\"window.__xss='name'\">"
 LINK = "[click](javascript:window.__xss='link')"
@@ -70,8 +81,12 @@ def database_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'sluice.db'}"
     with PolicyStore(url) as store:
         store.upgrade()
-        PolicyService(store).publish(
-            load_text(HOSTILE), author=NAME, comment=f"comment {VALUE} {LINK}"
+        service = PolicyService(store)
+        service.publish(load_text(HOSTILE), author=NAME, comment=f"comment {VALUE} {LINK}")
+        # An override (its hits still make offenders) listed on the Overrides & blocks page.
+        limit = {"requests_per_unit": 1, "unit": "hour"}
+        service.put_pin(
+            "shop", "overrides", f"path={LINK}", rate_limit=limit, author=NAME, comment=VALUE
         )
     return url
 
@@ -125,7 +140,14 @@ def test_user_written_text_is_shown_never_run(
             )
             stub.ShouldRateLimit(request, timeout=2)
         sign_in(page, url)
-        for title in ("Rules", "Live usage", "What-if", "History", "Overview"):
+        for title in (
+            "Rules",
+            "Live usage",
+            "What-if",
+            "Overrides & blocks",
+            "History",
+            "Overview",
+        ):
             page.get_by_role("link", name=title, exact=True).click()
             page.get_by_role("heading", name=title, exact=True).wait_for()
             settle(page)
@@ -137,6 +159,11 @@ def test_user_written_text_is_shown_never_run(
                 wait_until(
                     lambda: page.get_by_text(VALUE).count() > 0, 10, "the offender as text", 0.2
                 )
+                # An editor's buttons name the offending values: as text too.
+                page.get_by_text("Let a key in again").first.click()
+                page.get_by_role("button", name=f"Let {LINK} in again").wait_for()
+            if title == "Overrides & blocks":
+                page.get_by_text(f"path={LINK} · 1 / hour", exact=False).wait_for()
             assert page.evaluate("window.__xss") is None, title
             assert page.locator("img[src='x']").count() == 0, title
             assert page.locator("a[href^='javascript']").count() == 0, title

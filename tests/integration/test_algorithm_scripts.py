@@ -32,6 +32,7 @@ from tests.support.algorithm_properties import (
     start_times,
     time_steps,
 )
+from tests.support.examples import examples
 
 # name -> (module, state type) of the algorithms that keep a schedule (base, cells).
 SCHEDULES = {
@@ -137,14 +138,14 @@ def _replay(harness: Harness, t0: float, steps: list[tuple[float, list[Hit]]]) -
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_one_algorithm_matches_memory(harness: Harness, algorithm: str, data) -> None:
     _replay(harness, *data.draw(traffic((algorithm,))))
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=traffic())
 def test_mixed_limits_match_memory(harness: Harness, case) -> None:
     _replay(harness, *case)
@@ -249,7 +250,7 @@ def test_fresh_bursts_through_redis_admit_exactly_the_burst(
 
 
 @pytest.mark.parametrize("algorithm", SCHEDULES)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(shape=schedule_limits, t0=schedule_times, data=st.data())
 def test_schedules_match_memory_at_any_rate(harness: Harness, algorithm: str, shape, t0, data):
     """Rates, periods and bursts far beyond ``traffic``'s, with bursts and idle spells."""
@@ -433,7 +434,7 @@ def calendar_traffic(draw: st.DrawFn):
     return t0, steps
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(case=calendar_traffic())
 def test_calendar_windows_match_memory(harness: Harness, case) -> None:
     _replay(harness, *case)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import urllib.error
 import urllib.request
@@ -167,3 +168,49 @@ def _status(url: str) -> int:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+# Loaded at startup by each Python process of the test's `sluice serve` (the launcher and, under
+# pyvoy, the interpreter inside Envoy): the drain does its work, then raises, as a bug would.
+BREAK_THE_DRAIN = """
+import os
+
+if os.environ.get("SLUICE_TEST_BREAK_THE_DRAIN"):
+    from sluice.app import Sluice
+
+    _stop = Sluice.stop
+
+    async def stop(self, *, exiting=False):
+        await _stop(self, exiting=exiting)
+        raise RuntimeError("the drain broke (on purpose)")
+
+    Sluice.stop = stop
+"""
+
+
+@pytest.mark.slow  # a real server per transport
+@pytest.mark.parametrize("transport", ["grpcio", "pyvoy"])
+def test_a_drain_that_raises_ends_the_server_at_once_with_exit_code_1(
+    tmp_path: Path, transport: str
+) -> None:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(BREAK_THE_DRAIN)
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])),
+        "SLUICE_TEST_BREAK_THE_DRAIN": "1",
+    }
+    with sluice_serve(
+        tmp_path,
+        extra_args=["--transport", transport],
+        env=env,
+        allowed_tracebacks=[r"^RuntimeError: the drain broke \(on purpose\)$"],
+        exit_code=1,
+    ) as server:
+        server.process.send_signal(signal.SIGTERM)
+        # A clean stop takes a fraction of a second; before the fix, pyvoy's launcher waited
+        # its 30 s for a confirmation that never came.
+        assert server.process.wait(timeout=10) == 1
+    log = server.log()
+    assert "stopping failed\nTraceback (most recent call last):" in log, log
+    assert log.count("RuntimeError: the drain broke (on purpose)") == 1, log

@@ -1,6 +1,6 @@
 """RedisLeaseStore against real standalone, Sentinel and Cluster deployments: the same
-answers as the pure lease table for random operation sequences, keys that expire with their
-last lease, and Redis's own clock by default."""
+answers (and the same tables listed) as the pure lease table for random operation sequences,
+keys that expire with their last lease, and Redis's own clock by default."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from sluice.backends.redis.connect import connect
 from sluice.leases import MemoryLeaseStore
 from sluice.leases.redis import RedisLeaseStore
+from sluice.leases.store import LeaseStore
 from tests.integration.redis_support import data_nodes, scan_keys
 
 
@@ -29,6 +30,10 @@ def prefix() -> str:
 
 def store(url: str, prefix: str, *, server_time: bool = False) -> RedisLeaseStore:
     return RedisLeaseStore(connect(url, timeout_s=2), key_prefix=prefix, server_time=server_time)
+
+
+async def listed(leases: LeaseStore, now: float) -> set[object]:
+    return {(t.key, t.held) async for batch in leases.list_tables(now=now) for t in batch}
 
 
 def test_answers_match_the_lease_table(url: str, prefix: str) -> None:
@@ -57,9 +62,12 @@ def test_answers_match_the_lease_table(url: str, prefix: str) -> None:
                     lease_id = rng.choice(ids)
                     got = await redis_store.release(key, lease_id, now=now)
                     want = await memory.release(key, lease_id, now=now)
-                else:
-                    got = await redis_store.in_flight(keys, now=now)
-                    want = await memory.in_flight(keys, now=now)
+                else:  # and what an operator's listing reads, named back from Redis's keys
+                    got = (
+                        await redis_store.in_flight(keys, now=now),
+                        await listed(redis_store, now),
+                    )
+                    want = (await memory.in_flight(keys, now=now), await listed(memory, now))
                 assert got == want, (step, op, key)
         finally:
             await redis_store.close()
@@ -110,7 +118,52 @@ def test_an_unreachable_redis_is_backend_unavailable(prefix: str) -> None:
         try:
             with pytest.raises(BackendUnavailableError, match="^Redis: "):
                 await leases.acquire(("d", "k", "v"), "a", max_leases=1, ttl_s=1, now=0)
+            with pytest.raises(BackendUnavailableError, match="^Redis: "):  # listing too
+                await listed(leases, 0)
         finally:
             await leases.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_hung_redis_opens_the_breaker_and_calls_fail_fast_until_a_probe_succeeds(
+    redis_server: str, prefix: str
+) -> None:
+    from sluice.backends.redis.breaker import CircuitBreaker
+    from sluice.clock import ManualClock
+    from sluice.errors import BackendUnavailableError
+    from tests.support.holding_proxy import HoldingProxy
+
+    host, port = redis_server.removeprefix("redis://").split("/")[0].split(":")
+    proxy = HoldingProxy(host, int(port))
+    clock = ManualClock(0)
+    breaker = CircuitBreaker(failure_threshold=3, cooldown_s=5, clock=clock.now)
+    key = ("d", "k", "v")
+
+    async def scenario() -> None:
+        leases = RedisLeaseStore(
+            connect(f"redis://127.0.0.1:{proxy.port}", timeout_s=0.2),
+            key_prefix=prefix,
+            breaker=breaker,
+        )
+        try:
+            assert (await leases.acquire(key, "a", max_leases=2, ttl_s=60, now=0)).granted
+            proxy.hold()
+            for _ in range(3):  # each waits out the client's timeout
+                with pytest.raises(BackendUnavailableError, match="^Redis: .*Timeout"):
+                    await leases.acquire(key, "b", max_leases=2, ttl_s=60, now=0)
+            assert breaker.state == "open"
+            sent = proxy.held_bytes
+            with pytest.raises(BackendUnavailableError, match=r"circuit open"):
+                await leases.acquire(key, "b", max_leases=2, ttl_s=60, now=0)
+            assert proxy.held_bytes == sent  # failed without a byte on the network
+            proxy.release()
+            clock.advance(5)  # the cool-down: the next call is the probe
+            assert await leases.release(key, "a", now=0)
+            assert breaker.state == "closed"
+            assert (await leases.acquire(key, "b", max_leases=2, ttl_s=60, now=0)).granted
+        finally:
+            await leases.close()
+            proxy.close()
 
     asyncio.run(scenario())

@@ -70,6 +70,41 @@ def test_flushes_add_up_and_the_series_reads_them_back(database_url: str) -> Non
         assert usage.series("shop.", since_s=0, resolution_s=MINUTE) != {}
 
 
+def test_per_key_figures_add_up_per_second_and_keep_each_minutes_peak(database_url: str) -> None:
+    with PolicyStore(database_url) as store:
+        store.upgrade()
+        usage = UsageStore(store.database)
+        clock = ManualClock(1_000_020.4)
+        recorders = [UsageRecorder(), UsageRecorder()]  # two servers, one store
+        flushers = [UsageFlusher(r, usage, clock, top_keys_per_second=1) for r in recorders]
+
+        def hits(recorder: UsageRecorder, user: str, n: int) -> None:
+            recorder.record("shop.user", ALLOWED, cost=n, key=("shop", "user", user))
+
+        hits(recorders[0], "alice", 5)
+        hits(recorders[0], "bob", 2)
+        hits(recorders[0], "carol", 1)
+        hits(recorders[1], "alice", 4)
+        for flusher in flushers:
+            assert asyncio.run(flusher.flush_once())
+        clock.advance(1)
+        hits(recorders[0], "alice", 3)
+        hits(recorders[0], "dave", 2)
+        assert asyncio.run(flushers[0].flush_once())
+
+        seconds = usage.key_record("shop.user", since_s=0)
+        assert seconds.keys == [(1_000_020, "user,alice", 9), (1_000_021, "user,alice", 3)]
+        # (second, bin floor, keys, hits) of the keys not kept by name
+        assert seconds.bins == [(1_000_020, 1, 1, 1), (1_000_020, 2, 1, 2), (1_000_021, 2, 1, 2)]
+        minutes = usage.key_record("shop.user", since_s=0, resolution_s=MINUTE)
+        assert minutes.keys == [(1_000_020, "user,alice", 9)]  # its busiest second
+        assert minutes.bins == [(1_000_020, 1, 1, 1), (1_000_020, 2, 1, 2)]
+
+        usage.expire(1_000_021 + 3601)  # seconds age out after an hour, minutes after two days
+        assert usage.key_record("shop.user", since_s=0).keys == []
+        assert usage.key_record("shop.user", since_s=0, resolution_s=MINUTE).keys != []
+
+
 def test_blocked_hits_are_a_column_of_their_own_also_after_an_upgrade(
     database_url: str,
 ) -> None:

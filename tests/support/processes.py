@@ -126,6 +126,7 @@ def sluice_serve(
     https: ssl.SSLContext | None = None,
     command_prefix: Sequence[str] = (),
     allowed_tracebacks: Sequence[str] = (),
+    exit_code: int = 0,
     upstream_only: bool = False,
     ports: tuple[int, int] | None = None,
 ) -> Iterator[SluiceProcess]:
@@ -134,7 +135,8 @@ def sluice_serve(
     A server that logged a traceback, or that did not exit 0 on SIGTERM, fails the test that
     ran it: an error in the server is a bug even when every answer the test saw was right.
     ``allowed_tracebacks``: regular expressions, each matching a traceback's last line, for
-    tests that provoke errors on purpose.
+    tests that provoke errors on purpose; ``exit_code``: the one SIGTERM must end it with
+    (a test that breaks its drain on purpose).
 
     ``https``: the server runs with TLS; readiness is polled with this client context.
     ``command_prefix``: run through it, e.g. ``["taskset", "-c", "0"]`` (the benchmark).
@@ -202,12 +204,19 @@ def sluice_serve(
         raise
     code = server.terminate()
     log_file.close()
-    check_server_log(server.log(), code, allowed_tracebacks)
+    check_server_log(server.log(), code, allowed_tracebacks, expected_exit_code=exit_code)
 
 
-def check_server_log(log: str, exit_code: int, allowed_tracebacks: Sequence[str] = ()) -> None:
-    """Fail when the server did not exit 0 or logged a traceback no pattern allows."""
-    assert exit_code == 0, f"sluice serve exited with {exit_code}:\n{log}"
+def check_server_log(
+    log: str,
+    exit_code: int,
+    allowed_tracebacks: Sequence[str] = (),
+    *,
+    expected_exit_code: int = 0,
+) -> None:
+    """Fail when the server did not exit 0 (or ``expected_exit_code``) or logged a traceback
+    no pattern allows."""
+    assert exit_code == expected_exit_code, f"sluice serve exited with {exit_code}:\n{log}"
     unexpected = [
         last
         for last in _traceback_ends(log)

@@ -7,9 +7,11 @@ import time
 import pandas as pd
 import streamlit as st
 
+from sluice.errors import SluiceError
 from sluice.rlqs.service import RLQS_USAGE_SUFFIX
 from sluice.usage.store import MINUTE, SECOND
-from sluice_admin import charts, metrics, pending, session
+from sluice_admin import charts, metrics, pending, pins, session
+from sluice_admin.auth import User
 from sluice_admin.data import AdminData
 
 # label: (seconds shown, resolution). Per-second data is kept for an hour, per-minute for two
@@ -20,6 +22,7 @@ RANGES = {
     "24 h": (86400, MINUTE),
 }
 REFRESH_S = 1.5
+_NOTICE = "live_notice"
 
 
 def render() -> None:
@@ -30,6 +33,9 @@ def render() -> None:
         if domain is None:
             st.info("No policies yet, so no usage to show.")
             return
+        notice = st.session_state.pop(_NOTICE, None)
+        if notice:
+            st.success(notice)  # built with escaped user data
         label = st.segmented_control("Range", list(RANGES), default="5 min", key="live_range")
         _usage(data, domain, label or "5 min")
 
@@ -53,11 +59,22 @@ def _usage(data: AdminData, domain: str, label: str) -> None:
                 "(no traffic, or no server reporting to this database)."
             )
             return
+        user = session.current_user()
         for rule in sorted(series):
-            _rule(data, rule, series[rule], since, now, resolution)
+            _rule(data, rule, series[rule], since, now, resolution, user=user, domain=domain)
 
 
-def _rule(data: AdminData, rule: str, points: list, since: int, now: int, resolution: int) -> None:
+def _rule(
+    data: AdminData,
+    rule: str,
+    points: list,
+    since: int,
+    now: int,
+    resolution: int,
+    *,
+    user: User,
+    domain: str,
+) -> None:
     t = metrics.totals(points, since, now + 1)
     if not t.requests and not t.backend_errors:
         return
@@ -85,6 +102,32 @@ def _rule(data: AdminData, rule: str, points: list, since: int, now: int, resolu
                 hide_index=True,
                 width="stretch",
             )
+            # Data planes decide RLQS traffic themselves: no server counter to reset there.
+            if user.can_edit and not rule.endswith(RLQS_USAGE_SUFFIX):
+                _let_in_again(data, user, domain, rule, [key for key, _ in offenders])
+
+
+def _let_in_again(data: AdminData, user: User, domain: str, rule: str, keys: list[str]) -> None:
+    """A button per offending key that resets its counters on every server (a new version
+    of the domain's policy, as ``sluice reset`` makes)."""
+    with st.expander("Let a key in again"):
+        st.caption("Starts the key's counters afresh on every server; History records it.")
+        for key in keys:
+            descriptor = pins.offender_descriptor(key)
+            if descriptor is None:
+                continue  # a value holding a comma: not a descriptor a reset can name
+            shown = session.escape(pending.offender_values(key))
+            if not st.button(f"Let {shown} in again", key=f"live_reset_{rule}_{key}"):
+                continue
+            try:
+                version = data.reset(user, domain, descriptor, comment=f"let {descriptor} in again")
+            except SluiceError as exc:
+                st.error(session.escape(str(exc)))
+                return
+            st.session_state[_NOTICE] = session.escape(
+                f"{descriptor} starts afresh on every server (version {version} of {domain})."
+            )
+            st.rerun()
 
 
 if __name__ == "__main__":

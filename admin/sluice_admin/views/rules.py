@@ -235,7 +235,7 @@ def _tree(data: AdminData, user: User, d: Draft) -> None:
             _open_form(FormTarget(row.path[:-1], None), copy)
         if delete.button("Delete", key=f"rules_delete_{index}"):
             docs = pending.remove_rule(pending.document_rules(d.policy), row.path)
-            if _apply(data, d, docs):  # refused, e.g., when another rule replaces it
+            if apply_edit(data, d, docs):  # refused, e.g., when another rule replaces it
                 removed = session.escape(row.label)
                 st.session_state[_NOTICE] = f"Removed {removed} from the pending change."
                 st.rerun()
@@ -371,7 +371,7 @@ def _form_fields(
     form = _read_form(two=two)
     docs = pending.document_rules(d.policy)
     updated = pending.put_rule(docs, target.parent, target.old, form.document())
-    if _apply(data, d, updated):
+    if apply_edit(data, d, updated):
         del st.session_state[_FORM]
         st.session_state[_NOTICE] = (
             "Applied to the pending change; publish it on the Pending change tab."
@@ -405,7 +405,7 @@ def _read_form(*, two: bool) -> RuleForm:
     )
 
 
-def _apply(data: AdminData, d: Draft, docs: list[dict]) -> bool:
+def apply_edit(data: AdminData, d: Draft, docs: list[dict]) -> bool:
     """Validate ``docs`` as the domain's rules with the server's loader; keep them if valid."""
     try:
         policy = data.validate_descriptors(d.policy.domain, docs)

@@ -142,21 +142,15 @@ def _earliest(
 
 
 def _expires(state: CounterState, spacing: Spacing) -> float:
+    # Every state holds a hit of its own window (step writes one only when it admits), and
+    # that hit counts until the window after it ends.
     w = state.window_start
     if isinstance(spacing, int):
-        if state.current > 0:
-            return w + 2 * spacing
-        if state.previous > 0:
-            return w + spacing
-        return w
+        return w + 2 * spacing
     j = window_index(spacing, w)
     if spacing[j] != w:
         return w  # older than the windows in view: no hit sees its counts any more
-    if state.current > 0:
-        return float(spacing[j + 2])
-    if state.previous > 0:
-        return float(spacing[j + 1])
-    return w
+    return float(spacing[j + 2])
 
 
 def expires_at(state: CounterState, limit: Limit) -> float:

@@ -33,6 +33,8 @@ __all__ = [
     "metadata",
     "policy_versions",
     "usage_counts",
+    "usage_key_bins",
+    "usage_keys",
     "usage_offenders",
 ]
 
@@ -117,5 +119,31 @@ usage_offenders = Table(
     Column("rule", String(512), primary_key=True),
     Column("bucket_s", BigInteger, primary_key=True),
     Column("key", String(1024), primary_key=True),
+    Column("hits", BigInteger, nullable=False),
+)
+
+# Per key, for the what-if's replay and the suggested limits. resolution_s 1: each second's
+# heaviest keys of a rule and their hits (kept an hour, added up across servers); 60: each
+# key's peak hits in one second of the minute (kept two days, the highest server's).
+usage_keys = Table(
+    "usage_keys",
+    metadata,
+    Column("rule", String(512), primary_key=True),
+    Column("resolution_s", Integer, primary_key=True),
+    Column("bucket_s", BigInteger, primary_key=True),
+    Column("key", String(1024), primary_key=True),
+    Column("hits", BigInteger, nullable=False),
+)
+
+# The other keys of the second, as a histogram of hits per key (sluice/usage/key_summary.py):
+# per bin, how many keys and their hits. At resolution 60, each bin's busiest second.
+usage_key_bins = Table(
+    "usage_key_bins",
+    metadata,
+    Column("rule", String(512), primary_key=True),
+    Column("resolution_s", Integer, primary_key=True),
+    Column("bucket_s", BigInteger, primary_key=True),
+    Column("bin_floor", BigInteger, primary_key=True),
+    Column("key_count", BigInteger, nullable=False),
     Column("hits", BigInteger, nullable=False),
 )

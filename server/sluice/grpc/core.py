@@ -35,6 +35,7 @@ from sluice.statsd import StatsdSink
 
 __all__ = [
     "DRAINING_MESSAGE",
+    "Draining",
     "RateLimitCore",
     "UndecodableRequest",
     "decode_request",
@@ -83,21 +84,14 @@ def decode_request(data: bytes) -> RateLimitRequest | UndecodableRequest:
         )
 
 
-class RateLimitCore:
-    def __init__(
-        self,
-        limiter: RateLimiter,
-        metrics: Metrics | None = None,
-        statsd: StatsdSink | None = None,
-        access_log: AccessLog | None = None,
-    ) -> None:
-        self._limiter = limiter
-        self._statsd = statsd
-        self._access_log = access_log  # None unless sampling and at DEBUG
-        self.internal_errors = 0  # calls answered INTERNAL (upstream's service_error)
-        self._latency = metrics.request_seconds if metrics is not None else None
-        # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
-        self._observers: dict[str, Any] = {}
+class Draining:
+    """The in-flight count and drain of a gRPC service's calls.
+
+    Subclasses count their calls inline (``_in_flight``, and ``_idle.set()`` when the last
+    one ends while draining) rather than through a method: on ShouldRateLimit's path a call
+    costs more than the counting itself."""
+
+    def __init__(self) -> None:
         self._in_flight = 0
         self._draining = False
         self._idle = asyncio.Event()
@@ -119,6 +113,24 @@ class RateLimitCore:
         except TimeoutError:
             return False
         return True
+
+
+class RateLimitCore(Draining):
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        metrics: Metrics | None = None,
+        statsd: StatsdSink | None = None,
+        access_log: AccessLog | None = None,
+    ) -> None:
+        self._limiter = limiter
+        self._statsd = statsd
+        self._access_log = access_log  # None unless sampling and at DEBUG
+        self.internal_errors = 0  # calls answered INTERNAL (upstream's service_error)
+        self._latency = metrics.request_seconds if metrics is not None else None
+        # code -> the histogram's child: labels() costs a lock and a dict lookup per call.
+        self._observers: dict[str, Any] = {}
+        super().__init__()
 
     async def decide(
         self, request: RateLimitRequest | UndecodableRequest, context: object = None

@@ -12,7 +12,6 @@ ShouldRateLimit's) while the calls in flight finish before the lease store close
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -26,8 +25,9 @@ from sluice.edge import GrpcApp
 from sluice.edge.asgi import UNARY_UNARY
 from sluice.edge.status import GrpcError, Status
 from sluice.errors import InvalidRequestError, SluiceError, status_of
-from sluice.grpc.core import DRAINING_MESSAGE, UndecodableRequest, protobuf_decoder
+from sluice.grpc.core import DRAINING_MESSAGE, Draining, UndecodableRequest, protobuf_decoder
 from sluice.leases.service import Entries, LeaseService
+from sluice.metrics import Metrics
 
 __all__ = ["LEASE_SERVICE_NAME", "LeaseCore", "add_lease_service", "add_lease_methods"]
 
@@ -46,27 +46,21 @@ def _ms(seconds: float) -> int:
     return min(_MAX_UINT32, math.ceil(seconds * 1000))
 
 
-class LeaseCore:
-    def __init__(self, service: LeaseService) -> None:
+class LeaseCore(Draining):
+    def __init__(self, service: LeaseService, metrics: Metrics | None = None) -> None:
+        super().__init__()
         self.service = service
-        self._in_flight = 0
-        self._draining = False
-        self._idle = asyncio.Event()
+        self._metrics = metrics
 
-    async def drain(self, timeout_s: float) -> bool:
-        """Refuse new calls from now on; wait up to ``timeout_s`` for the calls in flight.
-        True when none is left."""
-        self._draining = True
-        if self._in_flight == 0:
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+    def _count(self, method: str, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.count_lease_call(method, result)
 
-    async def _answer(self, request: Any, call: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def _answer(
+        self, method: str, request: Any, call: Callable[[Any], Awaitable[Any]]
+    ) -> Any:
         if self._draining:
+            self._count(method, Status.UNAVAILABLE.name.lower())
             raise GrpcError(Status.UNAVAILABLE, DRAINING_MESSAGE)
         self._in_flight += 1
         try:
@@ -77,7 +71,9 @@ class LeaseCore:
             status = status_of(exc)
             if status is None:
                 log.exception("LeaseService failed")
+                self._count(method, Status.INTERNAL.name.lower())
                 raise GrpcError(Status.INTERNAL, "internal error") from None
+            self._count(method, status.grpc.lower())
             raise GrpcError(Status[status.grpc], str(exc)) from None
         finally:
             self._in_flight -= 1
@@ -86,9 +82,11 @@ class LeaseCore:
 
     async def acquire(self, request: Any, context: object = None) -> lease_pb2.AcquireResponse:
         grant = await self._answer(
+            "acquire",
             request,
             lambda r: self.service.acquire(r.domain, _entries(r), ttl_s=r.ttl_ms / 1000),
         )
+        self._count("acquire", "granted" if grant.granted else "refused")
         return lease_pb2.AcquireResponse(
             granted=grant.granted,
             lease_id=grant.lease_id,
@@ -101,15 +99,18 @@ class LeaseCore:
 
     async def renew(self, request: Any, context: object = None) -> lease_pb2.RenewResponse:
         renewal = await self._answer(
+            "renew",
             request,
             lambda r: self.service.renew(r.domain, _entries(r), r.lease_id, ttl_s=r.ttl_ms / 1000),
         )
+        self._count("renew", "renewed" if renewal.renewed else "expired")
         return lease_pb2.RenewResponse(renewed=renewal.renewed, ttl_ms=_ms(renewal.ttl_s))
 
     async def release(self, request: Any, context: object = None) -> lease_pb2.ReleaseResponse:
         released = await self._answer(
-            request, lambda r: self.service.release(r.domain, _entries(r), r.lease_id)
+            "release", request, lambda r: self.service.release(r.domain, _entries(r), r.lease_id)
         )
+        self._count("release", "released" if released else "unknown")
         return lease_pb2.ReleaseResponse(released=released)
 
     def methods(self) -> dict[str, tuple[Callable[..., Awaitable[Any]], Callable[[bytes], Any]]]:

@@ -19,7 +19,7 @@ from sluice.errors import ConfigError, SluiceError, status_of
 from sluice.policies.service import DomainView, PolicyService, Version
 from sluice.policies.yaml_format import pin_document, rule_document
 
-__all__ = ["add_api_routes"]
+__all__ = ["add_api_routes", "bearer_guard"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -29,7 +29,7 @@ _PINS = "/api/v1/domains/{domain}/{kind:overrides|blocks|allows}"
 
 def add_api_routes(app: web.Application, service: PolicyService, token: str) -> None:
     api = _Api(service)
-    guard = _guard(token)
+    guard = bearer_guard(token)
     routes = [
         ("GET", "/api/v1/domains", api.list_domains),
         ("GET", "/api/v1/domains/{domain}", api.get_domain),
@@ -50,7 +50,9 @@ def add_api_routes(app: web.Application, service: PolicyService, token: str) -> 
         app.router.add_route(method, path, guard(handler))
 
 
-def _guard(token: str) -> Callable[[Handler], Handler]:
+def bearer_guard(token: str) -> Callable[[Handler], Handler]:
+    """Wraps a route: the API token required, and SluiceErrors answered with their status
+    (sluice/http/runtime.py's routes use it too)."""
     expected = f"Bearer {token}".encode()
 
     def wrap(handler: Handler) -> Handler:

@@ -6,7 +6,8 @@
 - ``/rlconfig``: the live config version and every compiled rule, as text;
 - ``/status``: JSON detail: serving, config version and source, config database state;
 - ``/metrics``: Prometheus metrics;
-- ``/api/v1/…``: the policy write API (http/api.py), when a service is given.
+- ``/api/v1/…``: the policy write API (http/api.py), when a service is given; the runtime
+  state (leases held, RLQS buckets: http/runtime.py), when ``runtime`` is given.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from sluice.errors import SluiceError, status_of
 from sluice.grpc.convert import decision_to_json, request_from_json
 from sluice.http.api import add_api_routes
+from sluice.http.runtime import Runtime, add_runtime_routes
 from sluice.limiter import RateLimiter
 from sluice.metrics import CONTENT_TYPE, Metrics
 from sluice.model import Code
@@ -43,6 +45,7 @@ def make_app(
     service: PolicyService | None = None,
     api_token: str = "",
     metrics: Metrics | None = None,
+    runtime: Runtime | None = None,
 ) -> web.Application:
     async def healthcheck(request: web.Request) -> web.Response:
         if healthy():
@@ -104,6 +107,8 @@ def make_app(
     app.router.add_get("/status", status_endpoint)
     if service is not None:
         add_api_routes(app, service, api_token)
+    if runtime is not None:
+        add_runtime_routes(app, runtime, snapshot, api_token)
     return app
 
 

@@ -8,13 +8,15 @@ after it expired, so memory follows the leases held, not every descriptor ever s
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from sluice.leases import table
-from sluice.leases.store import CounterKey
+from sluice.leases.store import CounterKey, StoredTable
 from sluice.leases.table import Acquired, InFlight
 
 __all__ = ["MemoryLeaseStore"]
+
+BATCH = 1000  # tables listed between two yields to the event loop
 
 
 class MemoryLeaseStore:
@@ -71,6 +73,17 @@ class MemoryLeaseStore:
     async def in_flight(self, keys: Sequence[CounterKey], *, now: float) -> list[InFlight]:
         self._sweep(now)
         return [table.in_flight(self._tables.get(key, {}), now=now) for key in keys]
+
+    async def list_tables(self, *, now: float) -> AsyncIterator[list[StoredTable]]:
+        self._sweep(now)
+        keys = list(self._tables)
+        for start in range(0, len(keys), BATCH):
+            batch = []
+            for key in keys[start : start + BATCH]:
+                leases = self._tables.get(key)  # gone if released while the caller waited
+                if leases is not None and (held := table.held(leases, now=now)).count:
+                    batch.append(StoredTable(key, held))
+            yield batch
 
     async def close(self) -> None:
         self._tables.clear()

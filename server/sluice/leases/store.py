@@ -7,14 +7,26 @@ instead, so that instances whose clocks differ still agree on what has expired.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.leases.table import Acquired, InFlight
+from sluice.leases.table import Acquired, Held, InFlight
 
-__all__ = ["CounterKey", "LeaseStore"]
+__all__ = ["CounterKey", "LeaseStore", "StoredTable"]
 
 CounterKey = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTable:
+    """One descriptor's lease table as its store lists it. ``key`` None: the store cannot
+    name the descriptor (Redis names a long one by a hash of it); ``stored_as`` says where
+    it lives then (the Redis key)."""
+
+    key: CounterKey | None
+    held: Held
+    stored_as: str = ""
 
 
 class LeaseStore(Protocol):
@@ -28,6 +40,11 @@ class LeaseStore(Protocol):
 
     async def in_flight(self, keys: Sequence[CounterKey], *, now: float) -> list[InFlight]:
         """The leases held on each of ``keys``, in order (one round trip where it can be)."""
+        ...
+
+    def list_tables(self, *, now: float) -> AsyncIterator[list[StoredTable]]:
+        """Every table holding leases, in batches (the caller may yield to the event loop
+        between them). It changes no lease: it is for operators, never on the request path."""
         ...
 
     async def close(self) -> None: ...

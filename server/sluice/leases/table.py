@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Acquired", "InFlight", "acquire", "in_flight", "prune", "release", "renew"]
+__all__ = [
+    "Acquired",
+    "Held",
+    "InFlight",
+    "acquire",
+    "held",
+    "in_flight",
+    "prune",
+    "release",
+    "renew",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +41,16 @@ class InFlight:
 
     count: int
     next_expiry_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The leases held now, for an operator: how many, and how long until the first and the
+    last of them expire (0: none held)."""
+
+    count: int
+    next_expiry_s: float = 0.0
+    last_expiry_s: float = 0.0
 
 
 def prune(table: dict[str, float], now: float) -> None:
@@ -74,3 +94,10 @@ def release(table: dict[str, float], lease_id: str, *, now: float) -> bool:
 def in_flight(table: dict[str, float], *, now: float) -> InFlight:
     prune(table, now)
     return InFlight(len(table), _next_expiry(table, now))
+
+
+def held(table: dict[str, float], *, now: float) -> Held:
+    prune(table, now)
+    if not table:
+        return Held(0)
+    return Held(len(table), min(table.values()) - now, max(table.values()) - now)

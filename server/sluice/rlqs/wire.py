@@ -29,7 +29,8 @@ __all__ = [
     "Report",
     "decode_reports",
     "encode_actions",
-    "read_report",
+    "read_domain",
+    "read_usages",
 ]
 
 MAX_COUNT = 2**40
@@ -68,9 +69,10 @@ class Action:
 decode_reports = protobuf_decoder(rlqs_pb2.RateLimitQuotaUsageReports)
 
 
-def read_report(
+def read_domain(
     message: rlqs_pb2.RateLimitQuotaUsageReports | UndecodableRequest, bounds: RequestBounds
-) -> Report:
+) -> str:
+    """The report's domain, or INVALID_ARGUMENT for bytes that are not a report."""
     if isinstance(message, UndecodableRequest):
         raise _invalid(message.reason)
     if len(message.domain) > bounds.max_domain_length:
@@ -78,8 +80,17 @@ def read_report(
             f"domain: {len(message.domain)} characters, more than the maximum of "
             f"{bounds.max_domain_length}"
         )
+    return message.domain
+
+
+def read_usages(
+    message: rlqs_pb2.RateLimitQuotaUsageReports, bounds: RequestBounds, start: int, stop: int
+) -> list[BucketUsage]:
+    """The usages at ``[start, stop)``, validated, or INVALID_ARGUMENT naming the field:
+    a caller takes a large report a slice at a time, and applies none of it until every
+    slice has been read."""
     usages = []
-    for i, usage in enumerate(message.bucket_quota_usages):
+    for i, usage in enumerate(message.bucket_quota_usages[start:stop], start):
         field = f"bucket_quota_usages[{i}]"
         bucket = _bucket(usage.bucket_id.bucket, f"{field}.bucket_id.bucket", bounds)
         elapsed = usage.time_elapsed
@@ -100,7 +111,7 @@ def read_report(
         usages.append(
             BucketUsage(bucket, elapsed_s, usage.num_requests_allowed, usage.num_requests_denied)
         )
-    return Report(message.domain, tuple(usages))
+    return usages
 
 
 def _bucket(pairs: Mapping[str, str], field: str, bounds: RequestBounds) -> BucketKey:

@@ -16,6 +16,7 @@ from typing import Any
 from sluice.clock import Clock
 from sluice.errors import SluiceError
 from sluice.periodic import Periodic
+from sluice.usage.key_summary import KeySummary, summarize
 from sluice.usage.recorder import RuleUsage, UsageRecorder
 from sluice.usage.store import UsageStore
 
@@ -24,6 +25,9 @@ __all__ = ["UsageFlusher"]
 log = logging.getLogger(__name__)
 
 _EXPIRE_EVERY = 60  # flushes
+# Keys of each rule kept by name per second (the rest only counted, in a histogram): enough
+# for the heavy hitters a limit is about, bounded whatever the number of keys.
+TOP_KEYS_PER_SECOND = 50
 
 
 class UsageFlusher:
@@ -36,6 +40,7 @@ class UsageFlusher:
         interval_s: float = 1.0,
         max_pending: int = 100_000,
         timeout_s: float = 5.0,
+        top_keys_per_second: int = TOP_KEYS_PER_SECOND,
         on_drain: Callable[[dict[str, RuleUsage]], None] | None = None,
     ) -> None:
         self._recorder = recorder
@@ -44,8 +49,13 @@ class UsageFlusher:
         self._max_pending = max_pending
         self._timeout_s = timeout_s
         self._on_drain = on_drain
+        self._top_keys = top_keys_per_second
         self._counts: dict[tuple[str, int], list[int]] = {}
         self._offenders: dict[tuple[str, int], dict[str, int]] = {}
+        self._keys: dict[tuple[str, int], KeySummary] = {}
+        # Per-key counts drained but not yet summarised: that is done in the sending thread,
+        # since a rule with 100,000 keys in a second takes ~50 ms to summarise.
+        self._unsummarised: list[tuple[str, int, dict[tuple[str, ...], int]]] = []
         self._flushes = 0
         self._sending: asyncio.Future[bool] | None = None
         self._periodic = Periodic("usage flush", interval_s, self.flush_once)
@@ -69,6 +79,8 @@ class UsageFlusher:
                 target = self._counts[(rule, second)] = [0] * len(usage.counts)
             for i, n in enumerate(usage.counts):
                 target[i] += n
+            if usage.keys:
+                self._unsummarised.append((rule, second, usage.keys))
             if usage.offenders is not None:
                 keys = self._offenders.setdefault((rule, minute), {})
                 for key, hits in usage.offenders.top():
@@ -113,7 +125,7 @@ class UsageFlusher:
         if not self._counts and not self._offenders:
             return True
         try:
-            await asyncio.to_thread(self._store.add, self._counts, self._offenders)
+            await asyncio.to_thread(self._send)
         except SluiceError as exc:
             self.failures += 1
             if self.store_up:
@@ -123,7 +135,7 @@ class UsageFlusher:
         if not self.store_up:
             log.warning("usage store reachable again")
         self.store_up = True
-        self._counts, self._offenders = {}, {}
+        self._counts, self._offenders, self._keys = {}, {}, {}
         self._flushes += 1
         if self._flushes % _EXPIRE_EVERY == 0:
             try:
@@ -131,6 +143,18 @@ class UsageFlusher:
             except SluiceError as exc:
                 log.warning("could not expire old usage: %s", exc)
         return True
+
+    def _send(self) -> None:
+        """In the sending thread: summarise the per-key counts, then store everything."""
+        for rule, second, counts in self._unsummarised:
+            summary = summarize(counts, top=self._top_keys)
+            kept = self._keys.get((rule, second))
+            if kept is None:
+                self._keys[(rule, second)] = summary
+            else:
+                kept.add(summary)
+        self._unsummarised = []
+        self._store.add(self._counts, self._offenders, self._keys)
 
     def start(self) -> None:
         self._periodic.start()

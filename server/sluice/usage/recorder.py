@@ -17,6 +17,7 @@ __all__ = [
     "near_threshold",
     "BACKEND_ERROR",
     "BLOCKED",
+    "MAX_KEYS_PER_DRAIN",
     "NEAR_LIMIT",
     "OVER_LIMIT",
     "SHADOW_OVER",
@@ -31,6 +32,11 @@ MAX_RECORDED_COST = 2**32
 
 # Distinct limits whose near-limit threshold is remembered (clients' own limits can be many).
 MAX_THRESHOLDS = 4096
+
+# Distinct counters counted per rule between two drains (a second): enough for every key of a
+# busy rule, a bound for a flood of made-up values. Hits of keys past it are in the rule's
+# totals only: the what-if widens its error bound by what the keys do not account for.
+MAX_KEYS_PER_DRAIN = 100_000
 
 # Indexes into RuleUsage.counts. BLOCKED: refused by an operator's block, nothing counted.
 ALLOWED, OVER_LIMIT, SHADOW_OVER, NEAR_LIMIT, BACKEND_ERROR, BLOCKED = range(6)
@@ -49,6 +55,9 @@ class RuleUsage:
     counts: list[int] = field(default_factory=lambda: [0] * len(COUNTER_NAMES))
     offenders: SpaceSaving | None = None  # over-limit keys (concrete descriptor values)
     local_refusals: int = 0  # of the over-limit hits, those the local cache refused
+    # Hits per counter (its key tuple: domain, key, value, …), admitted and refused alike: what
+    # the what-if replays per key. Summarised off the request path (usage/key_summary.py).
+    keys: dict[tuple[str, ...], int] = field(default_factory=dict)
 
 
 class UsageRecorder:
@@ -56,10 +65,16 @@ class UsageRecorder:
     (``record_named``), for envoyproxy/ratelimit's statsd names; off, that is a no-op."""
 
     def __init__(
-        self, *, near_limit_ratio: float = 0.8, top_keys: int = 20, named: bool = False
+        self,
+        *,
+        near_limit_ratio: float = 0.8,
+        top_keys: int = 20,
+        named: bool = False,
+        max_keys: int = MAX_KEYS_PER_DRAIN,
     ) -> None:
         self.near_limit_ratio = near_limit_ratio
         self.top_keys = top_keys
+        self.max_keys = max_keys
         self.named = named
         self._rules: dict[str, RuleUsage] = {}
         self._named: dict[tuple[str, str], RuleUsage] = {}
@@ -74,14 +89,24 @@ class UsageRecorder:
         offender: str | None = None,
         near: int = 0,
         local: bool = False,
+        key: tuple[str, ...] | None = None,
     ) -> None:
-        """``near``: how many of the hits were near the limit (``near_hits``)."""
+        """``near``: how many of the hits were near the limit (``near_hits``). ``key``: the
+        counter the hits went to, counted per key (one dict increment: the only per-key work
+        on the request path)."""
         usage = self._rules.get(rule_id)
         if usage is None:
             usage = self._rules[rule_id] = RuleUsage()
         if cost > MAX_RECORDED_COST:
             cost = MAX_RECORDED_COST
         usage.counts[kind] += cost
+        if key is not None:
+            keys = usage.keys
+            seen = keys.get(key)
+            if seen is not None:
+                keys[key] = seen + cost
+            elif len(keys) < self.max_keys:
+                keys[key] = cost
         if near:
             usage.counts[NEAR_LIMIT] += min(near, cost)
         if local:

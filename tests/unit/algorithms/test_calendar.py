@@ -18,6 +18,7 @@ from sluice.algorithms import ALGORITHMS, Limit, fixed_window, sliding_window_co
 from sluice.algorithms.calendar import CALENDAR_UNITS, SPAN, Calendar, calendar_for, window_index
 from sluice.model import Unit
 from tests.support.algorithm_properties import check_sequence
+from tests.support.examples import examples
 
 ZONES = sorted(available_timezones())
 AWKWARD_ZONES = [
@@ -64,7 +65,7 @@ def _first_day(day: date, unit: Unit) -> date:
     return day
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(zone=zones, unit=units, now=instants)
 @example(zone="Pacific/Apia", unit=Unit.DAY, now=1325239200.0)  # 2011-12-31 00:00 local
 @example(zone="America/Sao_Paulo", unit=Unit.DAY, now=1550372400.0)  # 2019-02-16 23:00 fold
@@ -87,7 +88,7 @@ def test_boundaries_are_the_first_instants_of_their_days(zone: str, unit: Unit, 
         assert _first_day(last, unit) <= _local(b, tz).date(), (b, nxt)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(zone=zones, unit=units, now=instants, later_s=st.floats(0.0, 400 * 86400.0))
 def test_the_cache_gives_what_a_fresh_calendar_computes(zone, unit, now, later_s):
     shared = Calendar(unit, zone)
@@ -134,7 +135,7 @@ calendar_steps = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     zone=zones,
     unit=units,
@@ -152,7 +153,7 @@ def test_sliding_counter_keeps_every_property_and_resets_are_never_early(
     check_sequence(sliding_window_counter, limit, bounds[4] - before_s, steps)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     zone=zones,
     unit=units,
@@ -181,7 +182,7 @@ def test_fixed_window_counts_each_calendar_window_and_resets_at_its_end(
         assert fixed_window.step(state, limit, float(bounds[4]), 0)[0].count == 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(zone=zones, unit=units, now=instants, cost=st.integers(1, 3))
 def test_a_fixed_window_resets_exactly_at_the_next_boundary(zone, unit, now, cost) -> None:
     limit = _calendar_limit("fixed_window", unit, zone, 3)

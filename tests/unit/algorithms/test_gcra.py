@@ -17,6 +17,7 @@ from tests.support.algorithm_properties import (
     sequences,
     start_times,
 )
+from tests.support.examples import examples
 
 THREE_PER_MINUTE = Limit(3, 60, ALGORITHMS["gcra"], burst=3)  # T = 20 s, tau = 60 s
 
@@ -99,7 +100,7 @@ def test_cells_fold_into_the_base_rounded_up() -> None:
             assert unfolded.allowed or not folded.allowed
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(limit=limits("gcra"), t0=start_times, steps=sequences())
 def test_properties(limit: Limit, t0: float, steps: list[tuple[float, int]]) -> None:
     check_sequence(gcra, limit, t0, steps)
@@ -113,7 +114,7 @@ def test_a_fresh_key_admits_the_whole_burst_at_once_for_every_rate() -> None:
             check_fresh_burst(gcra, Limit(rate, 60, ALGORITHMS["gcra"], rate), t, 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(shape=schedule_limits, t=schedule_times, data=st.data())
 def test_a_fresh_key_admits_exactly_the_burst(shape: tuple[int, int, int], t: float, data) -> None:
     rate, period, burst = shape
@@ -144,7 +145,7 @@ def test_a_long_saturated_run_keeps_the_rate_without_drift() -> None:
     assert admitted >= 99_999
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(shape=schedule_limits, t0=schedule_times, speed=st.sampled_from([1.5, 2.0, 3.0, 10.0]))
 def test_saturation_admits_the_burst_then_the_rate(
     shape: tuple[int, int, int], t0: float, speed: float

@@ -16,6 +16,7 @@ from tests.support.algorithm_properties import (
     sequences,
     start_times,
 )
+from tests.support.examples import examples
 
 ONE_PER_SECOND_QUEUE_3 = Limit(1, 1, ALGORITHMS["leaky_bucket"], burst=3)
 
@@ -73,7 +74,7 @@ def test_expires_when_the_queue_drains() -> None:
     assert expires_at(QueueState(4.0), ONE_PER_SECOND_QUEUE_3) == 4.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(limit=limits("leaky_bucket"), t0=start_times, steps=sequences())
 def test_properties(limit: Limit, t0: float, steps: list[tuple[float, int]]) -> None:
     check_sequence(leaky_bucket, limit, t0, steps)
@@ -87,7 +88,7 @@ def test_a_fresh_key_admits_the_whole_burst_at_once_for_every_rate() -> None:
             check_fresh_burst(leaky_bucket, Limit(rate, 60, ALGORITHMS["leaky_bucket"], rate), t, 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(shape=schedule_limits, t=schedule_times, data=st.data())
 def test_a_fresh_key_admits_exactly_the_burst(shape: tuple[int, int, int], t: float, data) -> None:
     rate, period, burst = shape
@@ -120,7 +121,7 @@ def test_a_long_saturated_run_keeps_the_rate_without_drift() -> None:
     assert admitted >= 99_999
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(shape=schedule_limits, t0=schedule_times, speed=st.sampled_from([1.5, 2.0, 3.0, 10.0]))
 def test_saturation_admits_the_burst_then_the_rate(
     shape: tuple[int, int, int], t0: float, speed: float

@@ -15,6 +15,7 @@ from sluice.algorithms.sliding_window_counter import (
     step,
 )
 from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
+from tests.support.examples import examples
 
 FIFTY_PER_MINUTE = Limit(50, 60, ALGORITHMS["sliding_window_counter"])
 
@@ -75,7 +76,7 @@ def test_limit_zero_admits_nothing() -> None:
         assert outcome == Outcome(False, 0, 0.0, fits=False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(limit=limits("sliding_window_counter"), t0=start_times, steps=sequences())
 def test_properties(limit: Limit, t0: float, steps: list[tuple[float, int]]) -> None:
     check_sequence(sliding_window_counter, limit, t0, steps)
@@ -99,7 +100,7 @@ def times_near_a_window_start(draw: st.DrawFn) -> tuple[float, int]:
     return t, period
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @given(
     case=st.one_of(
         times_near_a_window_start(),

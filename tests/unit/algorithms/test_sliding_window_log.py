@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, sliding_window_log
 from sluice.algorithms.sliding_window_log import LogState, expires_at, step
 from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
+from tests.support.examples import examples
 
 THREE_PER_TEN_S = Limit(3, 10, ALGORITHMS["sliding_window_log"])
 
@@ -49,7 +50,7 @@ def test_expires_when_the_newest_entry_ages_out() -> None:
     assert expires_at(LogState(((2.0, 2), (10.0, 1))), THREE_PER_TEN_S) == 20.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(limit=limits("sliding_window_log"), t0=start_times, steps=sequences())
 def test_properties(limit: Limit, t0: float, steps: list[tuple[float, int]]) -> None:
     check_sequence(sliding_window_log, limit, t0, steps)

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from sluice.algorithms import ALGORITHMS, Limit, Outcome, token_bucket
 from sluice.algorithms.token_bucket import BucketState, expires_at, step
 from tests.support.algorithm_properties import check_sequence, limits, sequences, start_times
+from tests.support.examples import examples
 
 HALF_PER_SECOND = Limit(1, 2, ALGORITHMS["token_bucket"], burst=4)  # 0.5 tokens/s, capacity 4
 
@@ -65,7 +66,7 @@ def test_expires_when_full_again() -> None:
     assert expires_at(BucketState(1.0, 10.0), HALF_PER_SECOND) == 16.0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(limit=limits("token_bucket"), t0=start_times, steps=sequences())
 def test_properties(limit: Limit, t0: float, steps: list[tuple[float, int]]) -> None:
     check_sequence(token_bucket, limit, t0, steps)

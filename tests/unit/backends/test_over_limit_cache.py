@@ -14,6 +14,7 @@ from sluice.backends import Hit
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.over_limit_cache import OverLimitCache
 from tests.support.algorithm_properties import limits, start_times, time_steps
+from tests.support.examples import examples
 
 
 def run(awaitable):
@@ -39,7 +40,7 @@ def traffic(draw: st.DrawFn):
     return draw(start_times), steps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(traffic())
 def test_admits_and_refuses_exactly_like_the_backend_alone(example) -> None:
     now, steps = example

@@ -14,6 +14,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2
 from sluice.grpc.codec import encode_decision, parse_request
 from sluice.grpc.convert import decision_to_proto, request_from_proto
 from sluice.model import Code, Decision, DescriptorStatus, Header, RateLimit, RateLimitRequest, Unit
+from tests.support.examples import examples
 
 # Short and long (two-byte lengths), ASCII and not.
 text = st.one_of(st.text(max_size=8), st.text(min_size=120, max_size=300), st.just(""))
@@ -57,7 +58,7 @@ def codec_reading(data: bytes) -> RateLimitRequest | type[DecodeError]:
         return DecodeError
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(data=st.one_of(requests(), st.binary(max_size=64)))
 @example(data=b"\x0a\x02\xff\xfe")  # a domain that is not UTF-8
 @example(data=b"\x12\x04\x0a\x02\x0a\xed")  # a key cut inside a UTF-8 sequence
@@ -100,7 +101,7 @@ decisions = st.builds(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(decision=decisions)
 def test_encode_decision_writes_what_protobuf_writes(decision: Decision) -> None:
     expected = decision_to_proto(decision)

@@ -14,8 +14,10 @@ from sluice.clock import ManualClock
 from sluice.edge.status import GrpcError, Status
 from sluice.grpc.leases import LEASE_SERVICE_NAME, LeaseCore
 from sluice.leases import LeaseService, MemoryLeaseStore
+from sluice.metrics import Metrics
 from sluice.policies.snapshot import Snapshot
 from sluice.policies.yaml_format import load_text
+from tests.support.examples import examples
 
 POLICY = """\
 domain: jobs
@@ -89,6 +91,40 @@ def test_refusals_carry_the_status_and_the_field(
     assert raised.value.message.startswith(message)
 
 
+def test_every_call_is_counted_by_method_and_result() -> None:
+    clock = ManualClock(100)
+    metrics = Metrics(dict)
+    snapshot = Snapshot(load_text(POLICY, "p.yaml"))
+    leases = LeaseCore(LeaseService(lambda: snapshot, MemoryLeaseStore(), clock), metrics)
+    acquire = lease_pb2.AcquireRequest(domain="jobs", entries=ENTRIES)
+    granted = asyncio.run(leases.acquire(acquire))
+    asyncio.run(leases.acquire(acquire))  # refused: one lease at a time
+    renew = lease_pb2.RenewRequest(domain="jobs", entries=ENTRIES, lease_id=granted.lease_id)
+    asyncio.run(leases.renew(renew))
+    release = lease_pb2.ReleaseRequest(domain="jobs", entries=ENTRIES, lease_id=granted.lease_id)
+    asyncio.run(leases.release(release))
+    asyncio.run(leases.release(release))  # released already
+    clock.advance(10)
+    asyncio.run(leases.renew(renew))  # long gone
+    with pytest.raises(GrpcError):
+        asyncio.run(leases.acquire(lease_pb2.AcquireRequest(domain="x", entries=ENTRIES)))
+    counted = {
+        (sample.labels["method"], sample.labels["result"]): sample.value
+        for family in metrics.registry.collect()
+        if family.name == "sluice_lease_calls"
+        for sample in family.samples
+    }
+    assert counted == {
+        ("acquire", "granted"): 1,
+        ("acquire", "refused"): 1,
+        ("renew", "renewed"): 1,
+        ("renew", "expired"): 1,
+        ("release", "released"): 1,
+        ("release", "unknown"): 1,
+        ("acquire", "not_found"): 1,
+    }
+
+
 class _Gated(MemoryLeaseStore):
     """A store whose acquire waits for the test: a call held in flight."""
 
@@ -128,7 +164,7 @@ _ids = st.text(max_size=70)
 _ttl = st.integers(0, 2**32 - 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.one_of(
         st.binary(max_size=64).map(lambda data: ("Acquire", data)),

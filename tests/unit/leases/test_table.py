@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sluice.leases import table
-from sluice.leases.table import Acquired, InFlight
+from sluice.leases.table import Acquired, Held, InFlight
 
 
 def test_grants_up_to_the_limit_then_says_when_a_slot_frees() -> None:
@@ -46,3 +46,12 @@ def test_release_answers_whether_the_lease_was_held() -> None:
 
 def test_a_limit_of_zero_never_grants_and_has_nothing_to_wait_for() -> None:
     assert table.acquire({}, "a", max_leases=0, ttl_s=10, now=0) == Acquired(False, 0, 0.0)
+
+
+def test_held_says_when_the_first_and_the_last_lease_expire() -> None:
+    leases: dict[str, float] = {}
+    table.acquire(leases, "a", max_leases=3, ttl_s=10, now=100)
+    table.acquire(leases, "b", max_leases=3, ttl_s=10, now=104)
+    assert table.held(leases, now=105) == Held(2, 5.0, 9.0)
+    assert table.held(leases, now=110) == Held(1, 4.0, 4.0)
+    assert table.held(leases, now=114) == Held(0)

@@ -259,6 +259,18 @@ async def test_a_report_of_thousands_of_buckets_yields_the_loop_while_taken() ->
 
 
 @run
+async def test_a_bad_bucket_in_a_later_chunk_refuses_the_whole_report() -> None:
+    harness = Harness()
+    feed, responses = harness.open()
+    usages = [({"tenant": str(i)}, 0, 0, 0) for i in range(2500)]
+    usages.append(({"tenant": "late"}, -1, 0, 0))  # read in the third chunk
+    feed.report(*usages, domain="api")
+    with pytest.raises(GrpcError, match=r"bucket_quota_usages\[2500\]\.time_elapsed: negative"):
+        await next_response(responses)
+    assert harness.service.buckets == 0  # the chunks read before it were not taken
+
+
+@run
 async def test_drain_ends_streams_unavailable_and_refuses_new_ones(harness: Harness) -> None:
     feed, responses = harness.open()
     feed.report((ACME, 0, 0, 0), domain="api")

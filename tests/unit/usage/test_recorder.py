@@ -61,6 +61,26 @@ def test_counts_per_rule_with_near_limit_and_offenders() -> None:
     assert recorder.drain() == {}
 
 
+def test_hits_are_counted_per_counter_admitted_and_refused_alike() -> None:
+    # What the what-if replays per key: every decided hit of a limited or unlimited rule,
+    # by the counter it went to.
+    recorder = UsageRecorder()
+    alice = (("user", "alice"),)
+    run(recorder, *[alice] * 7, (("user", "bob"),), (("plan", "p"), ("free", "f")))
+    usage = recorder.drain()
+    assert usage["d.user"].keys == {("d", "user", "alice"): 7, ("d", "user", "bob"): 1}
+    assert usage["d.plan.free"].keys == {("d", "plan", "p", "free", "f"): 1}
+
+
+def test_keys_past_the_bound_count_in_the_totals_only() -> None:
+    recorder = UsageRecorder(max_keys=2)
+    for user in ("a", "b", "c", "a"):
+        recorder.record("d.user", ALLOWED, key=("d", "user", user))
+    usage = recorder.drain()["d.user"]
+    assert usage.keys == {("d", "user", "a"): 2, ("d", "user", "b"): 1}
+    assert usage.counts[ALLOWED] == 4
+
+
 def test_near_limit_hits_are_those_past_upstreams_threshold() -> None:
     # envoyproxy/ratelimit: near when the count after the hit exceeds floor(limit × ratio),
     # and of a hit of cost n only the part past that threshold.

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sluice.algorithms import Limit
 
-__all__ = ["MAX_TAG_BYTES", "TAG_CACHE_ENTRIES", "KeyNamer", "counter_tag"]
+__all__ = ["MAX_TAG_BYTES", "TAG_CACHE_ENTRIES", "KeyNamer", "counter_of_tag", "counter_tag"]
 
 MAX_TAG_BYTES = 128
 
@@ -50,6 +50,16 @@ def _tag(counter_key: tuple[str, ...]) -> str:
 
 
 _cached_tag = lru_cache(maxsize=TAG_CACHE_ENTRIES)(_tag)
+
+
+def counter_of_tag(tag: str) -> tuple[str, ...] | None:
+    """The counter a tag names (``counter_tag``'s inverse), for reading keys back; None for
+    a hashed tag, which names its counter without saying what it is."""
+    if tag.startswith("#"):
+        return None
+    if tag == "%":
+        return ()
+    return tuple(unquote(part, errors="surrogatepass") for part in tag.split(":"))
 
 
 class KeyNamer:

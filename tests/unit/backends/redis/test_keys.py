@@ -13,6 +13,7 @@ from sluice.backends.redis.keys import (
     TAG_CACHE_ENTRIES,
     KeyNamer,
     _cached_tag,
+    counter_of_tag,
     counter_tag,
 )
 
@@ -53,6 +54,15 @@ def test_long_tags_are_hashed() -> None:
     tag = counter_tag(("d", "v" * 1000))
     assert tag.startswith("#") and len(tag) == 41
     assert len(counter_tag(("d", "v" * (MAX_TAG_BYTES - 2)))) == MAX_TAG_BYTES
+
+
+@given(counter_keys)
+def test_a_tag_names_its_counter_back_unless_hashed(counter_key: tuple[str, ...]) -> None:
+    tag = counter_tag(counter_key)
+    if tag.startswith("#"):
+        assert counter_of_tag(tag) is None
+    elif counter_key != ("",):  # the empty counter's "%" reads back as no parts at all
+        assert counter_of_tag(tag) == counter_key
 
 
 def test_a_prefix_with_braces_is_refused() -> None:

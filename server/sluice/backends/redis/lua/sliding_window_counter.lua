@@ -55,27 +55,16 @@ local function swc_remaining(est, L)
   end)
 end
 
-local function swc_expires_at(w, c, p, P)
+-- every state holds a hit of its own window (c >= 1): it counts until the window after ends
+local function swc_expires_at(w, P)
   if type(P) == 'table' then
     local j = cal_index(P, w)
     if P[j] ~= w then
       return w
     end
-    if c > 0 then
-      return P[j + 2]
-    end
-    if p > 0 then
-      return P[j + 1]
-    end
-    return w
+    return P[j + 2]
   end
-  if c > 0 then
-    return w + 2 * P
-  end
-  if p > 0 then
-    return w + P
-  end
-  return w
+  return w + 2 * P
 end
 
 local function swc_earliest(previous, current, start, length, next_length, room)
@@ -112,13 +101,13 @@ ALGORITHMS['sliding_window_counter'] = function(key, now, L, P, b, cost)
   if cost == 0 then
     local untl = 0
     if w ~= nil then
-      untl = math.max(swc_expires_at(w, c, p, P) - t, 0)
+      untl = math.max(swc_expires_at(w, P) - t, 0)
     end
     return result(true, swc_remaining(est, L), untl, 0, true, nil)
   end
   if est + cost <= L then
     local after = swc_estimate(previous, current + cost, e, length)
-    local expires = swc_expires_at(start, current + cost, previous, P)
+    local expires = swc_expires_at(start, P)
     local commit = function()
       redis.call('HSET', key, 'w', fmt(start), 'c', int(current + cost), 'p', int(previous))
       redis.call('PEXPIRE', key, ttl_ms(expires, now))
