@@ -1,7 +1,8 @@
 """Entry point of the admin app: the sign-in gate, then navigation over the pages.
 
 Until someone signs in, the only page registered is the sign-in page, so no other page can
-be reached by URL either.
+be reached by URL either. Every run checks the session (session.authenticate): a reload or a
+deep link finds it through the cookie, and a session ended anywhere ends here too.
 """
 
 from __future__ import annotations
@@ -32,9 +33,18 @@ ADMIN_PAGES = [("users.py", "Users", ":material/group:")]  # registered for admi
 # sidebar come from the font Streamlit serves itself). The app talks to no other host.
 st.set_page_config(page_title="Sluice admin", page_icon="🚦", layout="wide")
 
-user = session.user()
+user = session.authenticate()
+session.send_redirect()  # after a sign-in or a sign-out: to set or drop the cookie
 if user is None:
-    navigation = st.navigation([st.Page(VIEWS / "sign_in.py", title="Sign in")])
+    # The sign-in page answers every page's address too, so a bookmark or a deep link shows
+    # the form (not "Page not found") and, once signed in, its page: the pages' own code is
+    # still not registered.
+    gate = [st.Page(VIEWS / "sign_in.py", title="Sign in", default=True)]
+    gate += [
+        st.Page(VIEWS / "sign_in.py", title="Sign in", url_path=Path(name).stem)
+        for name, _, _ in PAGES + ADMIN_PAGES
+    ]
+    navigation = st.navigation(gate, position="hidden")
 else:
     navigation = st.navigation(
         [

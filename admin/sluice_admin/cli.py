@@ -28,6 +28,15 @@ _ADMIN_SETTINGS = (
     # The Leases and RLQS pages ask these servers, with the API token.
     "admin_servers",
     "api_token",
+    "admin_session_idle_timeout_s",
+    "admin_session_lifetime_s",
+    "admin_session_secret",
+    "admin_oidc_metadata_url",
+    "admin_oidc_client_id",
+    "admin_oidc_client_secret",
+    "admin_oidc_redirect_uri",
+    "admin_oidc_role_claim",
+    "admin_oidc_roles",
     "max_sliding_log_limit",
     "log_level",
     # The sign-in throttle decides with the server's backend (shared when it is Redis).
@@ -83,7 +92,12 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
             f"the admin app is not installed (no {', '.join(missing)}): {INSTALL_HINT}"
         )
     from sluice_admin import SERVED_PATH
+    from sluice_admin.oidc import oidc_config
 
+    try:
+        oidc_config(settings)  # a misconfigured single sign-on stops here, named
+    except ValueError as exc:
+        raise SluiceError(str(exc)) from None
     env = dict(os.environ)
     for name in _ADMIN_SETTINGS:
         env[env_name(name)] = str(getattr(settings, name))

@@ -21,7 +21,9 @@ from sluice.policies.yaml_format import DEFAULT_MAX_LOG_LIMIT
 from sluice.usage.store import SECOND, KeyRecord, UsagePoint, UsageStore
 from sluice_admin.accounts import AccountStore, UserChangeEntry
 from sluice_admin.auth import Account, Role, User
+from sluice_admin.draft_store import DraftStore
 from sluice_admin.pending import pending_text
+from sluice_admin.session_store import SessionStore
 from sluice_admin.users import UserChange, a_role
 
 __all__ = ["AdminData", "NotAllowedError"]
@@ -36,12 +38,16 @@ class NotAllowedError(SluiceError):
 
 class AdminData:
     def __init__(self, database: Database, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> None:
-        # Three peers on one database: policies (through the service), usage, accounts.
+        # Peers on one database: policies (through the service), usage, accounts, and the
+        # app's own sessions and pending edits (which no role check guards: every user has
+        # their own).
         self._db = database
         self._max_log_limit = max_log_limit
         self._policies = PolicyService(PolicyStore(database), max_log_limit=max_log_limit)
         self._usage = UsageStore(database)
         self._accounts = AccountStore(database)
+        self.sessions = SessionStore(database)
+        self.drafts = DraftStore(database)
 
     @classmethod
     def open(cls, url: str, *, max_log_limit: int = DEFAULT_MAX_LOG_LIMIT) -> AdminData:

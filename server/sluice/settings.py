@@ -187,6 +187,44 @@ class Settings:
         "sluice admin: the servers' HTTP ports (http[s]://HOST:PORT,...) whose runtime state "
         "(leases held, RLQS buckets) the Leases and RLQS pages show; empty: none.",
     )
+    admin_session_idle_timeout_s: float = _setting(
+        1800.0,
+        "Admin app: a session without a click or a page change this long ends (every tab of "
+        "it shows the sign-in page at its next action). 0: no idle timeout.",
+    )
+    admin_session_lifetime_s: float = _setting(
+        43200.0,
+        "Admin app: a session ends this long after its sign-in however busy; its cookie "
+        "expires then too.",
+    )
+    admin_session_secret: str = _setting(
+        "",
+        "Admin app: key signing the session cookie (32 characters or more); empty: one is "
+        "generated and kept in the config database. Changing it ends every session.",
+        secret=True,
+    )
+    admin_oidc_metadata_url: str = _setting(
+        "",
+        "Admin app single sign-on: the identity provider's OpenID Connect discovery URL "
+        "(https://…/.well-known/openid-configuration); empty: passwords only.",
+    )
+    admin_oidc_client_id: str = _setting("", "Admin app single sign-on: the client id.")
+    admin_oidc_client_secret: str = _setting(
+        "", "Admin app single sign-on: the client secret.", secret=True
+    )
+    admin_oidc_redirect_uri: str = _setting(
+        "",
+        "Admin app single sign-on: the app's own address plus /oauth2callback, as registered "
+        "with the identity provider (https://admin.example.com/oauth2callback).",
+    )
+    admin_oidc_role_claim: str = _setting(
+        "groups", "Admin app single sign-on: the ID token claim the role is read from."
+    )
+    admin_oidc_roles: str = _setting(
+        "",
+        "Admin app single sign-on: CLAIM_VALUE:ROLE,... (ROLE viewer, editor or admin; the "
+        "highest wins when several match); a user matching none is refused.",
+    )
     config_poll_interval_s: float = _setting(
         0.25, "How often to check the config database for a published change."
     )
@@ -459,6 +497,7 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     if workers != "auto" and (not workers.isdigit() or int(workers) < 1):
         raise ValueError(f"{named('workers')}: '{settings.workers}' is not auto or a number >= 1")
     for name in (
+        "admin_session_idle_timeout_s",
         "tls_watch_interval_s",
         "drain_delay_s",
         "grpc_max_connection_age_s",
@@ -477,6 +516,10 @@ def _validate(settings: Settings, sources: Mapping[str, str] | None = None) -> N
     ):
         if getattr(settings, name) < 1:
             raise ValueError(f"{named(name)}: must be at least 1")
+    if settings.admin_session_lifetime_s <= 0:
+        raise ValueError(f"{named('admin_session_lifetime_s')}: must be more than 0")
+    if settings.admin_session_secret and len(settings.admin_session_secret) < 32:
+        raise ValueError(f"{named('admin_session_secret')}: must have 32 characters or more")
     if not 0 <= settings.access_log_sample_rate <= 1:
         raise ValueError(f"{named('access_log_sample_rate')}: must be between 0 and 1")
     if settings.log_level.upper() not in LOG_LEVELS:

@@ -17,7 +17,16 @@ from typing import Any
 from sluice_admin.auth import hash_password
 from tests.support.processes import free_port, wait_until
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "PASSWORD", "Outbound", "run_admin", "settle", "sign_in"]
+__all__ = [
+    "CHROMIUM",
+    "CHROMIUM_ARGS",
+    "PASSWORD",
+    "Outbound",
+    "run_admin",
+    "settle",
+    "sign_in",
+    "submit_sign_in",
+]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -100,7 +109,15 @@ def settle(page: Any) -> None:
 
 def sign_in(page: Any, url: str, name: str = "ed", password: str = PASSWORD) -> None:
     page.goto(url)
+    submit_sign_in(page, name, password)
+    page.get_by_role("heading", name="Overview").wait_for()
+
+
+def submit_sign_in(page: Any, name: str = "ed", password: str = PASSWORD) -> None:
+    """Fill in and submit the sign-in form, and wait for the navigation that follows (to
+    ``/_sluice/session``, which sets the session cookie and sends the browser on): a click
+    during it would land on a page being left."""
     page.get_by_label("User name").fill(name)
     page.get_by_role("textbox", name="Password").fill(password)
-    page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("heading", name="Overview").wait_for()
+    with page.expect_navigation(url=lambda url: "/_sluice/" not in url):
+        page.get_by_role("button", name="Sign in").click()

@@ -22,7 +22,7 @@ from sluice._proto.envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from sluice.policies.service import PolicyService
 from sluice.policies.store import PolicyStore
 from sluice.policies.yaml_format import load_text
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, Outbound, run_admin
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, Outbound, run_admin, submit_sign_in
 from tests.e2e.browser import settle as browser_settle
 from tests.support.processes import sluice_serve, wait_until
 
@@ -104,8 +104,7 @@ def test_publish_watch_roll_back_in_a_browser(
         page.goto(admin_app)
         page.get_by_label("User name").fill("ed")
         shot("sign_in")
-        page.get_by_role("textbox", name="Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
+        submit_sign_in(page)
         page.get_by_role("heading", name="Overview").wait_for()
 
         # Add a rule: 2 per hour per user (an hour: no window edge within the test).

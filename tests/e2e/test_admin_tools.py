@@ -140,12 +140,20 @@ def _signs_in(env: Env, name: str, password: str) -> Any:
     page = context.new_page()
     page.set_default_timeout(30_000)
     page.goto(env.url)
+    # A sign-in ends with a navigation (to the route that sets the session cookie, then back):
+    # noted as it happens, so a signed-in page is used only once it is over.
+    navigated: list[str] = []
+    page.on("framenavigated", lambda f: navigated.append(f.url) if f == page.main_frame else None)
     page.get_by_label("User name").fill(name)
     page.get_by_role("textbox", name="Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
-    page.get_by_text("Wrong user name or password.").or_(
-        page.get_by_role("heading", name="Overview")
-    ).wait_for()
+    overview = page.get_by_role("heading", name="Overview")
+    page.get_by_text("Wrong user name or password.").or_(overview).wait_for()
+    if overview.count():
+        if not navigated:
+            page.wait_for_event("framenavigated", lambda f: f == page.main_frame)
+        overview.wait_for()
+        settle(page)
     return page
 
 

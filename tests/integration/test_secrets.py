@@ -22,7 +22,9 @@ DB_PASSWORD = "db-canary-5b1d"
 REDIS_PASSWORD = "redis-canary-0c8a"
 API_TOKEN = "token-canary-e42f"
 ADMIN_HASH = "scrypt$16384$8$1$hash-canary-77aa$c2FsdA"
-CANARIES = (DB_PASSWORD, REDIS_PASSWORD, API_TOKEN, ADMIN_HASH)
+SESSION_SECRET = "session-secret-canary-91c3-0123456789abcdef"
+OIDC_SECRET = "oidc-canary-3f02"
+CANARIES = (DB_PASSWORD, REDIS_PASSWORD, API_TOKEN, ADMIN_HASH, SESSION_SECRET, OIDC_SECRET)
 POLICY = """\
 domain: d
 descriptors:
@@ -69,6 +71,8 @@ def test_no_secret_reaches_the_log_or_the_pages(tmp_path: Path, postgres_url: st
         "SLUICE_REDIS_URL_FILE": f"redis://sluice:{REDIS_PASSWORD}@127.0.0.1:{free_port()}/0",
         "SLUICE_API_TOKEN_FILE": API_TOKEN,
         "SLUICE_ADMIN_USERS_FILE": f"ada:editor:{ADMIN_HASH}",
+        "SLUICE_ADMIN_SESSION_SECRET_FILE": SESSION_SECRET,
+        "SLUICE_ADMIN_OIDC_CLIENT_SECRET_FILE": OIDC_SECRET,
     }
     env = {}
     for name, value in secrets.items():
@@ -93,6 +97,7 @@ def test_no_secret_reaches_the_log_or_the_pages(tmp_path: Path, postgres_url: st
     assert effective["database_url"] == _with_password(postgres_url, "X").replace(":X@", ":***@")
     assert effective["redis_url"].startswith("redis://sluice:***@")
     assert effective["api_token"] == effective["admin_users"] == "***"
+    assert effective["admin_session_secret"] == effective["admin_oidc_client_secret"] == "***"
 
 
 def test_a_failing_database_is_reported_without_its_password(tmp_path: Path) -> None:

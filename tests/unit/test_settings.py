@@ -110,7 +110,14 @@ def test_a_secret_given_directly_beats_its_file_at_the_same_level(tmp_path: Path
 
 def test_only_secrets_have_file_forms(tmp_path: Path) -> None:
     secrets = {f.name for f in fields(Settings) if f.metadata["secret"]}
-    assert secrets == {"database_url", "redis_url", "api_token", "admin_users"}
+    assert secrets == {
+        "database_url",
+        "redis_url",
+        "api_token",
+        "admin_users",
+        "admin_session_secret",
+        "admin_oidc_client_secret",
+    }
     port = tmp_path / "port"
     port.write_text("9")
     assert from_arguments(parse(), {"SLUICE_GRPC_PORT_FILE": str(port)}).grpc_port == 8081

@@ -42,6 +42,7 @@ def render() -> None:
 
 @st.fragment(run_every=REFRESH_S)
 def _usage(data: AdminData, domain: str, label: str) -> None:
+    session.still_signed_in()  # refreshing by itself: a session ended elsewhere ends here
     window_s, resolution = RANGES[label]
     now = int(session.clock().now())
     since = now - window_s

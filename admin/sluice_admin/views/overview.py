@@ -23,6 +23,7 @@ def render() -> None:
 
 @st.fragment(run_every=2)
 def _live(data, domains: list[str]) -> None:  # noqa: ANN001 (AdminData; a fragment's args)
+    session.still_signed_in()  # refreshing by itself: a session ended elsewhere ends here
     now = int(session.clock().now())
     with session.guarded():
         for domain in domains:

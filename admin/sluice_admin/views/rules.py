@@ -1,6 +1,7 @@
 """Rules: the domain's descriptor tree, edited as a pending change, diffed, then published.
 
-The pending policy lives in the session until it is published or discarded. Every edit is
+The pending policy is the user's, kept in the config database (draft_store.py) until it is
+published or discarded: a reload, another tab or another browser shows the same one. Every edit is
 validated by the server's own loader at once, so the messages shown are the server's.
 """
 
@@ -10,6 +11,7 @@ import hashlib
 from dataclasses import dataclass
 
 import streamlit as st
+import yaml
 
 from sluice.algorithms import ALGORITHMS, DEFAULT_ALGORITHM
 from sluice.errors import ConfigError, StaleVersionError
@@ -18,6 +20,7 @@ from sluice.policies.descriptor_text import format_duration
 from sluice_admin import pending, session
 from sluice_admin.auth import User
 from sluice_admin.data import AdminData, NotAllowedError
+from sluice_admin.draft_store import StoredDraft
 from sluice_admin.pending import (
     LIMIT,
     NO_LIMIT,
@@ -60,23 +63,64 @@ def _stale_key(domain: str) -> str:
 
 
 def _set_draft(draft: Draft | None, domain: str) -> None:
-    """Replace (None: drop) the domain's pending edit. Whatever replaces it was made after a
-    refused publish, so the stale-version message no longer applies."""
-    if draft is None:
+    """Replace (None: drop) the user's pending edit of ``domain``, in the database and in this
+    session's copy. Whatever replaces it was made after a refused publish, so the
+    stale-version message no longer applies."""
+    kept = _stored(draft) if draft is not None else None
+    user = session.current_user().name
+    if kept is None:
+        session.data().drafts.drop(user, domain)
         st.session_state.pop(_key(domain), None)
     else:
+        session.data().drafts.put(user, kept)
         st.session_state[_key(domain)] = draft
     st.session_state.pop(_stale_key(domain), None)
 
 
+def _stored(d: Draft) -> StoredDraft | None:
+    """``d`` as the database keeps it; None when it changes nothing (nothing to keep)."""
+    if d.policy == d.loaded or (d.loaded is None and not d.policy.descriptors):
+        return None
+    domain = d.policy.domain
+    return StoredDraft(
+        domain,
+        d.base_version,
+        pending.pending_text(domain, pending.document_rules(d.policy)),
+        pending.pending_text(domain, pending.document_rules(d.loaded)) if d.loaded else None,
+    )
+
+
+def _restored(data: AdminData, kept: StoredDraft) -> Draft | None:
+    """A kept pending edit validated again (the live domain's pins come along, as for any
+    edit); None, with the loader's words, if it no longer passes."""
+
+    def rules(text: str) -> DomainPolicy:
+        docs = (yaml.safe_load(text) or {}).get("descriptors") or []
+        return data.validate_descriptors(kept.domain, docs)
+
+    try:
+        policy = rules(kept.rules)
+        loaded = rules(kept.loaded) if kept.loaded is not None else None
+    except ConfigError as exc:
+        st.warning(f"Your pending edit of {session.escape(kept.domain)} no longer validates.")
+        show_problems(exc, kept.rules)
+        return None
+    return Draft(policy, kept.base_version, loaded)
+
+
 def draft(data: AdminData, domain: str) -> Draft:
-    """The session's pending edit of ``domain``, (re)loaded from the live version when there
-    is nothing pending, so an untouched page follows other people's publishes."""
-    current: Draft | None = st.session_state.get(_key(domain))
-    if current is not None and current.policy != current.loaded and current.loaded is not None:
-        return current  # unpublished edits: kept, even if the live version moved on
-    if current is not None and current.loaded is None and current.policy.descriptors:
-        return current  # a new domain being written
+    """The user's pending edit of ``domain``, kept in the database so a reload, another tab or
+    another browser shows the same one; the live version when there is nothing pending, so
+    an untouched page follows other people's publishes."""
+    kept = data.drafts.get(session.current_user().name, domain)
+    cached: Draft | None = st.session_state.get(_key(domain))
+    if kept is not None:
+        if cached is not None and _stored(cached) == kept:
+            return cached  # unpublished edits: kept, even if the live version moved on
+        restored = _restored(data, kept)
+        if restored is not None:
+            st.session_state[_key(domain)] = restored
+            return restored
     live = data.get(domain)
     fresh = (
         Draft(live.policy, live.version, live.policy)
@@ -93,7 +137,10 @@ def render() -> None:
     user = session.current_user()
     with session.guarded():
         live = [d.domain for d in data.domains()]
-        extra = [d for d in st.session_state.get(_NEW_DOMAINS, []) if d not in live]
+        # New domains: named in this session, or with rules pending from before.
+        kept = [d.domain for d in data.drafts.all(user.name) if d.base_version == 0]
+        named = st.session_state.get(_NEW_DOMAINS, [])
+        extra = [d for d in dict.fromkeys([*named, *kept]) if d not in live]
         domain = session.choose_domain(sorted([*live, *extra]))
         if user.can_edit:
             _new_domain(live)
@@ -111,7 +158,7 @@ def _new_domain(live: list[str]) -> None:
                 st.error("That domain exists already; pick it in the sidebar.")
                 return
             st.session_state.setdefault(_NEW_DOMAINS, []).append(name)
-            st.session_state[session.DOMAIN] = name
+            session.show_domain(name)
             st.rerun()
 
 
