@@ -18,9 +18,10 @@ DAY_S = 86400
 
 PER_KEY = (
     "Replayed **per key**, as the server decides: each key its own counter, each second's "
-    "requests of a key spread evenly over that second. The heaviest keys of every second are "
-    "recorded by name and replay exactly; the others only as a histogram, so their outcome "
-    "lies between two groupings of it, and the ± figure is half that range."
+    "requests of a key at random instants of that second (as many clients' requests "
+    "arrive; always the same instants for the same recording). The heaviest keys of every "
+    "second are recorded by name and replay exactly; the others only as a histogram, so "
+    "their outcome lies between two groupings of it, and the ± figure is half that range."
 )
 APPROXIMATION = (
     "No per-key usage was recorded for this rule in the last hour, only per-second totals, "
