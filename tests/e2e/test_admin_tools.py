@@ -126,8 +126,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         settle(page)
         # SLUICE_UPDATE_SCREENSHOTS=1 refreshes the committed ones (README, docs/admin.md).
         shots = DOC_SCREENSHOTS if os.environ.get("SLUICE_UPDATE_SCREENSHOTS") else workdir
-        # SLUICE_UPDATE_SCREENSHOTS=1 refreshes the committed ones (README, docs/admin.md).
-        shots = DOC_SCREENSHOTS if os.environ.get("SLUICE_UPDATE_SCREENSHOTS") else workdir
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
         yield Env(url, database_url, stub, chromium, page, outbound, shots)
         assert outbound.refused == []  # no host but the admin app, on any page
