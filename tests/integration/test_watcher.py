@@ -85,6 +85,25 @@ def test_add_break_fix_and_remove_a_file(
     assert store.history("a")[0].author == WATCH_AUTHOR
 
 
+def test_a_file_caught_half_written_keeps_its_domain(store: PolicyStore, tmp_path: Path) -> None:
+    # An editor's or a script's write truncates the file before filling it: a look in between
+    # reads it empty. Upstream refuses an empty file; read as "no domains", it would delete
+    # the domain's limits until the next look (seen in a two-server CI run: a deletion
+    # version between two edits).
+    (tmp_path / "a.yaml").write_text(policy("a", 1))
+    files = watcher(store, tmp_path)
+    assert files.check() == {"a": 1}
+    (tmp_path / "a.yaml").write_text("")
+    assert files.check() is None
+    assert live(store) == {"a": (1, "1")}
+    assert files.status.last_error.endswith(
+        "a.yaml:1: config file cannot have empty domain (the file holds no policy)"
+    )
+    (tmp_path / "a.yaml").write_text(policy("a", 2))
+    assert files.check() == {"a": 2}
+    assert [v.deleted for v in store.history("a")] == [False, False]
+
+
 def test_a_domain_published_another_way_is_not_deleted_with_a_file(
     store: PolicyStore, tmp_path: Path
 ) -> None:

@@ -370,6 +370,15 @@ class _Loader:
         except yaml.YAMLError as exc:
             self.problems.append(f"{self.source}:1: YAML syntax error: {exc}")
             return
+        if all(node is None or _is_null(node) for node in nodes):
+            # As upstream refuses it. A file caught half-written (truncated, not yet filled)
+            # reads this way too: refused, it keeps the last good version serving rather than
+            # deleting its domain's limits until the next look.
+            self.problems.append(
+                f"{self.source}:1: config file cannot have empty domain "
+                "(the file holds no policy)"
+            )
+            return
         for node in nodes:
             if node is None or _is_null(node):  # an empty document, e.g. a trailing "---"
                 continue

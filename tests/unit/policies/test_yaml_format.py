@@ -168,6 +168,16 @@ def test_several_documents_and_empty_ones() -> None:
             "domain: ''\n", ["t.yaml:1: config file cannot have empty domain"], id="empty-domain"
         ),
         pytest.param(
+            "",
+            ["t.yaml:1: config file cannot have empty domain (the file holds no policy)"],
+            id="empty-file",
+        ),
+        pytest.param(
+            "# limits to come\n---\n",
+            ["t.yaml:1: config file cannot have empty domain (the file holds no policy)"],
+            id="only-comments",
+        ),
+        pytest.param(
             "domain: d\n---\ndomain: d\n",
             [
                 "t.yaml:3: duplicate domain 'd' (first defined at t.yaml:1; set "
