@@ -22,6 +22,16 @@ def policy(requests_per_unit: int) -> str:
     )
 
 
+def replace(path: Path, text: str) -> None:
+    """Write ``path`` whole, as deployment tools do (a new file renamed over the old): a
+    look never reads it half-written, so every look sees one of the test's states and the
+    error count below is exact. (A file caught half-written is refused:
+    tests/integration/test_watcher.py.)"""
+    staged = path.with_name(f".{path.name}.new")  # hidden: never read as a policy
+    staged.write_text(text)
+    staged.replace(path)
+
+
 def limit_of(server: SluiceProcess) -> int | None:
     """The requests_per_unit the server applies to a fresh user, or None for no limit."""
     body = {
@@ -58,18 +68,18 @@ def test_two_servers_watching_one_directory_serve_a_change_and_publish_it_once(
     ):
         assert limit_of(one) == limit_of(two) == 10
 
-        (config / "watched.yaml").write_text(policy(20))
+        replace(config / "watched.yaml", policy(20))
         written = time.monotonic()
         wait_until(lambda: limit_of(one) == limit_of(two) == 20, WITHIN_S, "the new limit")
         assert time.monotonic() - written < WITHIN_S
 
         # Broken: both keep serving 20, and say where the problem is.
-        (config / "watched.yaml").write_text(policy(30) + "    unknown_key: 1\n")
+        replace(config / "watched.yaml", policy(30) + "    unknown_key: 1\n")
         broken = f"{config / 'watched.yaml'}:5: unknown key 'unknown_key' in a descriptor"
         wait_until(lambda: broken in one.log() and broken in two.log(), WITHIN_S, "the refusal")
         assert limit_of(one) == limit_of(two) == 20
 
-        (config / "watched.yaml").write_text(policy(40))  # fixed
+        replace(config / "watched.yaml", policy(40))  # fixed
         wait_until(lambda: limit_of(one) == limit_of(two) == 40, WITHIN_S, "the fixed limit")
 
         (config / "watched.yaml").unlink()  # removed: no limit any more
