@@ -67,9 +67,12 @@ class Env:
         )
         return self.stub.ShouldRateLimit(request, timeout=2).overall_code
 
-    def until(self, user: str, code: int, what: str, timeout_s: float = 2.0) -> None:
+    def until(self, user: str, code: int, what: str, timeout_s: float = 10.0) -> None:
         """Until the server answers ``code`` for ``user`` (a change reaches it with its next
-        poll of the config database, every 0.25 s)."""
+        poll of the config database, every 0.25 s). The wait is generous: this file tests
+        that the page's change reaches the server, not how fast (a CI run with the browser
+        and other workers on both cores once took over 2 s); test_policy_lifecycle times
+        propagation against the machine's measured pace."""
         wait_until(lambda: self.decide(user) == code, timeout_s, what, interval_s=0.05)
 
     def nav(self, title: str) -> None:
