@@ -375,8 +375,7 @@ class _Loader:
             # reads this way too: refused, it keeps the last good version serving rather than
             # deleting its domain's limits until the next look.
             self.problems.append(
-                f"{self.source}:1: config file cannot have empty domain "
-                "(the file holds no policy)"
+                f"{self.source}:1: config file cannot have empty domain (the file holds no policy)"
             )
             return
         for node in nodes:
