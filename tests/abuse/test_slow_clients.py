@@ -76,8 +76,11 @@ def test_headers_trickled_for_longer_than_the_timeout_are_cut_off(
     async def scenario() -> list[float]:
         opened, connections = [], []
         for _ in range(200):
+            # Taken before connecting: the server's timer cannot start earlier. (Taken after,
+            # a loaded CI run once read 0.72 s: this side resumed late, the server's timer had
+            # started when it accepted.)
+            opened.append(time.monotonic())
             connections.append(await asyncio.open_connection("127.0.0.1", quick_timeout.http_port))
-            opened.append(time.monotonic())  # the server's timer starts no earlier
         # A byte every 0.1 s, for 3.8 s, and the headers never end (PARTIAL).
         senders = [asyncio.ensure_future(trickle(w, PARTIAL, 0.1)) for _, w in connections]
 
