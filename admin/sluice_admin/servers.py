@@ -3,12 +3,14 @@ message saying what to set when there are none or the setting is wrong."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from sluice.settings import env_name, flag_name
 from sluice_admin import runtime, session
 
-__all__ = ["configured"]
+__all__ = ["configured", "show_per_domain"]
 
 
 def configured() -> list[str] | None:
@@ -32,3 +34,17 @@ def configured() -> list[str] | None:
             f"`{flag_name('api_token')}` is not set: the servers answer only with their API token."
         )
     return servers
+
+
+def show_per_domain(empty: str, show: Callable[[list[str], str], None]) -> None:
+    """The runtime pages' common part: the servers to ask and the domain picked, then
+    ``show(servers, domain)``; ``empty`` is said when there are no policies."""
+    servers = configured()
+    if servers is None:
+        return
+    with session.guarded():
+        domain = session.choose_domain([d.domain for d in session.data().domains()])
+        if domain is None:
+            st.info(empty)
+            return
+        show(servers, domain)

@@ -22,15 +22,7 @@ def render() -> None:
         "per descriptor, how many are held of the rule's maximum and when they expire "
         "unless renewed. The fullest first."
     )
-    servers = servers_setting.configured()
-    if servers is None:
-        return
-    with session.guarded():
-        domain = session.choose_domain([d.domain for d in session.data().domains()])
-        if domain is None:
-            st.info("No policies yet, so no leases.")
-            return
-        _leases(servers, domain)
+    servers_setting.show_per_domain("No policies yet, so no leases.", _leases)
 
 
 @st.fragment(run_every=REFRESH_S)

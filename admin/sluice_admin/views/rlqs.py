@@ -22,15 +22,7 @@ def render() -> None:
         "the assignment each stream was last sent and until when it holds, the limit it is "
         "a share of, and the demand the data plane reports. The busiest first."
     )
-    servers = servers_setting.configured()
-    if servers is None:
-        return
-    with session.guarded():
-        domain = session.choose_domain([d.domain for d in session.data().domains()])
-        if domain is None:
-            st.info("No policies yet, so no buckets.")
-            return
-        _buckets(servers, domain)
+    servers_setting.show_per_domain("No policies yet, so no buckets.", _buckets)
 
 
 @st.fragment(run_every=REFRESH_S)
