@@ -13,17 +13,10 @@ from sluice_admin.auth import hash_password
 from sluice_client import Client
 from tests.admin._harness import PASSWORD, errors, new_app, open_page, sign_in
 from tests.integration.test_rlqs_server import Response, Stream, report
+from tests.integration.test_runtime_api import POLICY  # one policy, three views of it
 from tests.support.processes import SluiceProcess, free_port, sluice_serve
 
 TOKEN = "pages-token"
-POLICY = """\
-domain: jobs
-descriptors:
-  - key: job
-    rate_limit: {name: jobs, concurrency: 3, lease_ttl: 60s}
-  - key: tenant
-    rate_limit: {unit: second, requests_per_unit: 10}
-"""
 
 
 @pytest.fixture(scope="module")

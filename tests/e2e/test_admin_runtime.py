@@ -13,19 +13,12 @@ from sluice_client import Client
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, Outbound, run_admin, settle, sign_in
 from tests.e2e.test_admin_browser import DOC_SCREENSHOTS
 from tests.integration.test_rlqs_server import Response, Stream, report
+from tests.integration.test_runtime_api import POLICY  # one policy, three views of it
 from tests.support.processes import sluice_serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TOKEN = "browser-runtime-token"
-POLICY = """\
-domain: jobs
-descriptors:
-  - key: job
-    rate_limit: {name: jobs, concurrency: 3, lease_ttl: 60s}
-  - key: tenant
-    rate_limit: {unit: second, requests_per_unit: 10}
-"""
 
 
 def grid_rows(page: playwright.Page, cell: str) -> list[list[str]]:
